@@ -1,0 +1,11 @@
+# DSV4_SANITIZER=address;undefined builds every C++ target with ASan + UBSan.
+if(DSV4_SANITIZER)
+  set(_flags "")
+  foreach(s IN LISTS DSV4_SANITIZER)
+    list(APPEND _flags "-fsanitize=${s}")
+  endforeach()
+  list(APPEND _flags -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_flags}>")
+  add_link_options(${_flags})
+  message(STATUS "dsv4: sanitizers ${DSV4_SANITIZER}")
+endif()

@@ -1,0 +1,19 @@
+#include "base/check.h"
+
+#include <filesystem>
+
+namespace dsv4::detail {
+
+void throw_check_failure(const char* cond,
+                         const std::string& message,
+                         const std::source_location& where) {
+  // Messages are meant for users: the message first, the code location last.
+  std::ostringstream out;
+  out << message;
+  if (message.empty() && cond != nullptr) out << "check failed: " << cond;
+  out << " [" << std::filesystem::path(where.file_name()).filename().string() << ":"
+      << where.line() << "]";
+  throw Error(out.str());
+}
+
+}  // namespace dsv4::detail
