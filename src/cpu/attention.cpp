@@ -76,10 +76,16 @@ void head_rms_bf16(std::span<float> q, float eps) {
 
 }  // namespace
 
+int64_t window_part_length(int64_t start_pos, int64_t n, int64_t prompt_length, int window) {
+  if (prompt_length > 0 && start_pos + n <= prompt_length) return std::min<int64_t>(prompt_length, window);
+  if (start_pos == 0) return std::min<int64_t>(n, window);
+  return window;
+}
+
 void attention_forward(const AttentionWeights& w, const AttentionParams& p,
                        const numerics::RopeTable& rope, LayerCache& cache,
                        std::span<const float> x, int64_t n, int64_t start_pos,
-                       std::span<float> out) {
+                       int64_t window_len, std::span<float> out) {
   const int H = p.num_heads, d = p.head_dim, rd = p.rope_dim, win = p.window;
   const int64_t D = w.wq_a.in, q_lora = w.wq_a.out;
   std::vector<float> qr(n * q_lora), q(n * H * d), kv(n * d);
@@ -123,7 +129,9 @@ void attention_forward(const AttentionWeights& w, const AttentionParams& p,
   //    −1 padded), then compressed entries (indexer order for CSA, ascending for HCA).
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   std::vector<float> attn(n * H * d);
-  const int64_t window_len = start_pos == 0 ? std::min<int64_t>(n, win) : win;
+  DSV4_CHECK(window_len >= std::min<int64_t>(start_pos + n, win) && window_len <= win,
+             "window part length ", window_len, " cannot hold the window of position ",
+             start_pos + n - 1);
   parallel_for(n * H, [&](int64_t b, int64_t e) {
     std::vector<const float*> cand;
     for (int64_t item = b; item < e; ++item) {

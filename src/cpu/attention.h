@@ -34,12 +34,19 @@ struct AttentionParams {
 void sparse_attention_head(std::span<const float> q, std::span<const float* const> candidates,
                            float sink, float softmax_scale, std::span<float> out);
 
+// Length of the window part of every candidate list in a call (reference layout): a prefill
+// of a prompt of length L (in one call, or chunked with every chunk told L) uses min(L, win);
+// any other call uses win. The −1 padding only shifts where the compressed candidates start
+// inside the kernel's 64-blocks, but that changes bf16 rounding, so chunked prefill keeps
+// the one-shot layout and stays bit-identical.
+int64_t window_part_length(int64_t start_pos, int64_t n, int64_t prompt_length, int window);
+
 // Runs the block's attention for tokens at positions [start_pos, start_pos+n).
 // x: [n, D] (after attn_norm) → out: [n, D]. Updates the layer cache (ring, compressed KV,
-// indexer keys, compressor states).
+// indexer keys, compressor states). window_len from window_part_length().
 void attention_forward(const AttentionWeights& w, const AttentionParams& p,
                        const numerics::RopeTable& rope, LayerCache& cache,
                        std::span<const float> x, int64_t n, int64_t start_pos,
-                       std::span<float> out);
+                       int64_t window_len, std::span<float> out);
 
 }  // namespace dsv4::cpu

@@ -73,7 +73,8 @@ SequenceState CpuModel::new_sequence() const {
 
 void CpuModel::block_forward(const BlockWeights& w, int layer, LayerCache& cache,
                              std::span<const int32_t> ids, int64_t start_pos, int64_t n,
-                             std::vector<float>& streams, std::vector<int32_t>* routed_last) const {
+                             int64_t window_len, std::vector<float>& streams,
+                             std::vector<int32_t>* routed_last) const {
   const int hc = hc_params_.hc;
   const int64_t D = config_.hidden_size;
   const int ratio = config_.compress_ratio(layer);
@@ -110,7 +111,7 @@ void CpuModel::block_forward(const BlockWeights& w, int layer, LayerCache& cache
                      .index_head_dim = static_cast<int>(config_.index_head_dim),
                      .index_topk = static_cast<int>(config_.index_topk)};
   attention_forward(w.attn, ap, ratio > 0 ? rope_compress_ : rope_window_, cache, x, n, start_pos,
-                    sub);
+                    window_len, sub);
   post_mix();
 
   pre(w.hc_ffn, w.ffn_norm);
@@ -148,7 +149,7 @@ std::vector<float> CpuModel::head_logits(std::span<const float> streams_last,
 }
 
 ForwardOutput CpuModel::forward(SequenceState& state, std::span<const int32_t> tokens,
-                                bool want_layer_streams) const {
+                                bool want_layer_streams, int64_t prompt_length) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t start_pos = state.length;
   DSV4_CHECK(n > 0, "forward needs at least one token");
@@ -164,10 +165,12 @@ ForwardOutput CpuModel::forward(SequenceState& state, std::span<const int32_t> t
     for (int s = 0; s < hc; ++s)
       std::copy_n(&weights_->embed[tokens[t] * D], D, &streams[(t * hc + s) * D]);
 
+  const int64_t window_len = window_part_length(start_pos, n, prompt_length,
+                                                static_cast<int>(config_.sliding_window));
   ForwardOutput out;
   for (int l = 0; l < config_.num_layers(); ++l) {
     std::vector<int32_t> routed;
-    block_forward(weights_->layers[l], l, state.layers[l], tokens, start_pos, n, streams,
+    block_forward(weights_->layers[l], l, state.layers[l], tokens, start_pos, n, window_len, streams,
                   want_layer_streams ? &routed : nullptr);
     if (want_layer_streams) {
       out.layer_streams.insert(out.layer_streams.end(), streams.end() - hc * D, streams.end());
@@ -210,7 +213,10 @@ std::vector<float> CpuModel::mtp_forward(SequenceState& state, std::span<const f
     }
   });
   const int layer = config_.num_layers();
-  block_forward(m.block, layer, state.layers[layer], next_ids, start_pos, n, streams,
+  // The MTP block mirrors the trunk call it follows: prefill layout at 0, decode layout after.
+  const int64_t window_len =
+      window_part_length(start_pos, n, 0, static_cast<int>(config_.sliding_window));
+  block_forward(m.block, layer, state.layers[layer], next_ids, start_pos, n, window_len, streams,
                 routed_experts);
   state.mtp_length += n;
   return head_logits(std::span(streams).subspan((n - 1) * hc * D, hc * D), m.hc_head, m.norm);

@@ -49,8 +49,11 @@ class CpuModel {
   SequenceState new_sequence() const;
 
   // Trunk forward over `tokens` at positions [state.length, state.length + n).
+  // prompt_length: when this call is one chunk of a prefill, the whole prompt's length
+  // (keeps the one-shot candidate layout, so any chunk split gives identical logits);
+  // 0 = the call stands alone (reference semantics: prefill at 0, or decode).
   ForwardOutput forward(SequenceState& state, std::span<const int32_t> tokens,
-                        bool want_layer_streams = false) const;
+                        bool want_layer_streams = false, int64_t prompt_length = 0) const;
 
   // MTP block 0 over the positions of the last trunk call: streams = that call's
   // final_streams [n, hc, D], next_ids[t] = the token following position start+t.
@@ -62,7 +65,8 @@ class CpuModel {
  private:
   void block_forward(const BlockWeights& w, int layer, LayerCache& cache,
                      std::span<const int32_t> ids, int64_t start_pos, int64_t n,
-                     std::vector<float>& streams, std::vector<int32_t>* routed_last) const;
+                     int64_t window_len, std::vector<float>& streams,
+                     std::vector<int32_t>* routed_last) const;
   std::vector<float> head_logits(std::span<const float> streams_last, const HcWeights& hc_head,
                                  std::span<const float> norm) const;
 
