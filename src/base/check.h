@@ -2,10 +2,11 @@
 //
 // Inside the library we throw dsv4::Error; at boundaries (CLI, HTTP handlers, threads)
 // it is caught and turned into a message or a status. DSV4_CHECK(cond, parts...) builds
-// the message from its arguments with operator<< and records file:line.
+// the message from its arguments with operator<< and records file:line. (__FILE__/__LINE__
+// rather than std::source_location: clang 14, used for the libFuzzer builds, cannot compile
+// libstdc++ 12's <source_location>.)
 #pragma once
 
-#include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -20,7 +21,8 @@ class Error : public std::runtime_error {
 namespace detail {
 [[noreturn]] void throw_check_failure(const char* cond,
                                       const std::string& message,
-                                      const std::source_location& where);
+                                      const char* file,
+                                      int line);
 
 template <typename... Parts>
 std::string concat(const Parts&... parts) {
@@ -43,11 +45,11 @@ std::string str_cat(const Parts&... parts) {
   do {                                                                             \
     if (!(cond)) [[unlikely]] {                                                    \
       ::dsv4::detail::throw_check_failure(#cond, ::dsv4::detail::concat(__VA_ARGS__), \
-                                          std::source_location::current());        \
+                                          __FILE__, __LINE__);                     \
     }                                                                              \
   } while (0)
 
 // DSV4_FAIL("message parts"...): always throws dsv4::Error.
 #define DSV4_FAIL(...)                                                                   \
   ::dsv4::detail::throw_check_failure(nullptr, ::dsv4::detail::concat(__VA_ARGS__), \
-                                      std::source_location::current())
+                                      __FILE__, __LINE__)
