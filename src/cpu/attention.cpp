@@ -83,7 +83,7 @@ int64_t window_part_length(int64_t start_pos, int64_t n, int64_t prompt_length, 
 }
 
 void attention_forward(const AttentionWeights& w, const AttentionParams& p,
-                       const numerics::RopeTable& rope, LayerCache& cache,
+                       const numerics::RopeTable& rope, LayerState& cache,
                        std::span<const float> x, int64_t n, int64_t start_pos,
                        int64_t window_len, std::span<float> out) {
   const int H = p.num_heads, d = p.head_dim, rd = p.rope_dim, win = p.window;
@@ -120,8 +120,8 @@ void attention_forward(const AttentionWeights& w, const AttentionParams& p,
                        .topk = p.index_topk, .ratio = p.ratio, .norm_eps = p.norm_eps};
       selected = indexer_select(*w.indexer, cache, x, qr, n, start_pos, rope, ip);
     }
-    compress_tokens(*w.compressor, cache.compressor, x, n, start_pos, rope, rd, p.norm_eps,
-                    CompressedKind::kAttention, cache.compressed);
+    compress_tokens(*w.compressor, cache, x, n, start_pos, rope, rd, p.norm_eps,
+                    CompressedKind::kAttention);
   }
 
   // 3. Sparse attention per (token, head). Candidate lists follow the reference layout:
@@ -142,14 +142,14 @@ void attention_forward(const AttentionWeights& w, const AttentionParams& p,
       const int64_t first = std::max<int64_t>(0, pos - win + 1);
       for (int64_t src = first; src <= pos; ++src) {
         cand[src - first] = src >= start_pos ? &kv[(src - start_pos) * d]
-                                             : &cache.window[(src % win) * d];
+                                             : cache.window_slot(src % win);
       }
       if (p.ratio > 0) {
         if (w.indexer) {
-          for (int32_t id : selected[t]) cand.push_back(&cache.compressed[id * d]);
+          for (int32_t id : selected[t]) cand.push_back(cache.compressed_entry(id));
         } else {
           const int64_t visible = (pos + 1) / p.ratio;
-          for (int64_t id = 0; id < visible; ++id) cand.push_back(&cache.compressed[id * d]);
+          for (int64_t id = 0; id < visible; ++id) cand.push_back(cache.compressed_entry(id));
         }
       }
       sparse_attention_head(std::span(q).subspan(item * d, d), cand, w.attn_sink[h], scale,
@@ -160,7 +160,7 @@ void attention_forward(const AttentionWeights& w, const AttentionParams& p,
   // 4. The window ring keeps the last `win` positions (slot = position mod win).
   for (int64_t t = std::max<int64_t>(0, n - win); t < n; ++t) {
     const int64_t pos = start_pos + t;
-    std::copy_n(&kv[t * d], d, &cache.window[(pos % win) * d]);
+    std::copy_n(&kv[t * d], d, cache.window_slot(pos % win));
   }
 
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).

@@ -45,7 +45,7 @@ int64_t window_part_length(int64_t start_pos, int64_t n, int64_t prompt_length, 
 // x: [n, D] (after attn_norm) → out: [n, D]. Updates the layer cache (ring, compressed KV,
 // indexer keys, compressor states). window_len from window_part_length().
 void attention_forward(const AttentionWeights& w, const AttentionParams& p,
-                       const numerics::RopeTable& rope, LayerCache& cache,
+                       const numerics::RopeTable& rope, LayerState& cache,
                        std::span<const float> x, int64_t n, int64_t start_pos,
                        int64_t window_len, std::span<float> out);
 

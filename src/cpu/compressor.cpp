@@ -12,9 +12,10 @@
 
 namespace dsv4::cpu {
 
-void reset_compressor_state(const CompressorWeights& w, CompressorState& state) {
+void compressor_state_shape(const CompressorWeights& w, int* slots, int* width) {
   const int c = w.overlap ? 2 : 1;
-  state.reset(c * w.ratio, c * w.head_dim);
+  *slots = c * w.ratio;
+  *width = c * w.head_dim;
 }
 
 namespace {
@@ -35,7 +36,7 @@ float pool_channel(const float* kv, const float* score, int count, int stride) {
 }
 
 // Pools the state into one entry of h channels (fp32).
-void pool_state(const CompressorWeights& w, const CompressorState& st, std::span<float> out) {
+void pool_state(const CompressorWeights& w, const CompressorStateRef& st, std::span<float> out) {
   const int r = w.ratio, h = w.head_dim;
   if (!w.overlap) {
     for (int c = 0; c < h; ++c) out[c] = pool_channel(&st.kv[c], &st.score[c], r, st.width);
@@ -74,9 +75,14 @@ void finish_entry(const CompressorWeights& w, std::span<float> entry, int64_t po
 
 }  // namespace
 
-void compress_tokens(const CompressorWeights& w, CompressorState& st, std::span<const float> x,
+void compress_tokens(const CompressorWeights& w, LayerState& layer, std::span<const float> x,
                      int64_t n, int64_t start_pos, const numerics::RopeTable& rope, int rope_dim,
-                     float norm_eps, CompressedKind kind, std::vector<float>& entries) {
+                     float norm_eps, CompressedKind kind) {
+  const bool indexer = kind == CompressedKind::kIndexer;
+  const CompressorStateRef st = layer.compressor(indexer);
+  auto entry_ptr = [&](int64_t e) {
+    return indexer ? layer.index_key(e) : layer.compressed_entry(e);
+  };
   const int r = w.ratio, h = w.head_dim, width = st.width;
   const int64_t d_model = w.wkv.in;
   // Projections of every token are independent: compute them in parallel first.
@@ -89,8 +95,7 @@ void compress_tokens(const CompressorWeights& w, CompressorState& st, std::span<
     }
   });
   // Then the sequential state machine, token by token (identical for prefill and decode).
-  const size_t first_new = entries.size() / h;
-  std::vector<float> pooled(static_cast<size_t>(h));
+  std::vector<int64_t> produced;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = start_pos + t;
     const int slot_in_window = static_cast<int>(pos % r);
@@ -102,22 +107,20 @@ void compress_tokens(const CompressorWeights& w, CompressorState& st, std::span<
     }
     if ((pos + 1) % r != 0) continue;
     const int64_t entry = pos / r;
-    DSV4_CHECK(static_cast<int64_t>(entries.size() / h) == entry, "compressor entry ", entry,
-               " produced out of order");
-    pool_state(w, st, pooled);
-    entries.insert(entries.end(), pooled.begin(), pooled.end());
+    pool_state(w, st, std::span(entry_ptr(entry), static_cast<size_t>(h)));
+    produced.push_back(entry);
     if (w.overlap) {
-      std::copy(st.kv.begin() + r * width, st.kv.end(), st.kv.begin());
-      std::copy(st.score.begin() + r * width, st.score.end(), st.score.begin());
+      const size_t half = static_cast<size_t>(r) * width;
+      std::copy_n(st.kv + half, half, st.kv);
+      std::copy_n(st.score + half, half, st.score);
     }
   }
   // Post-process the new entries (independent of each other).
-  const int64_t total = static_cast<int64_t>(entries.size() / h);
-  parallel_for(total - static_cast<int64_t>(first_new), [&](int64_t b, int64_t e) {
+  parallel_for(static_cast<int64_t>(produced.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const int64_t entry = static_cast<int64_t>(first_new) + i;
-      finish_entry(w, std::span(entries).subspan(entry * h, h), entry * r, rope, rope_dim,
-                   norm_eps, kind);
+      const int64_t entry = produced[static_cast<size_t>(i)];
+      finish_entry(w, std::span(entry_ptr(entry), static_cast<size_t>(h)), entry * r, rope,
+                   rope_dim, norm_eps, kind);
     }
   });
 }

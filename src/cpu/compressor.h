@@ -17,14 +17,15 @@ enum class CompressedKind {
 };
 
 // Feeds tokens at positions [start_pos, start_pos+n) (x: [n, D] bf16 values) through the
-// streaming state and appends every completed entry to `entries` ([num_entries, h]); entry w
-// is produced by the token at position r·(w+1)−1. Post-processing: RMSNorm(bf16(pooled)),
-// RoPE at position r·w with `rope`, then `kind`'s quantization.
-void compress_tokens(const CompressorWeights& w, CompressorState& state, std::span<const float> x,
+// streaming state of `layer` (indexer or main compressor) and writes every completed entry
+// (w is produced by the token at position r·(w+1)−1) to layer.index_key(w) resp.
+// layer.compressed_entry(w). Post-processing: RMSNorm(bf16(pooled)), RoPE at position r·w
+// with `rope`, then `kind`'s quantization.
+void compress_tokens(const CompressorWeights& w, LayerState& layer, std::span<const float> x,
                      int64_t n, int64_t start_pos, const numerics::RopeTable& rope, int rope_dim,
-                     float norm_eps, CompressedKind kind, std::vector<float>& entries);
+                     float norm_eps, CompressedKind kind);
 
-// Fresh state for a compressor with these weights.
-void reset_compressor_state(const CompressorWeights& w, CompressorState& state);
+// State shape (slots, width) of a compressor with these weights.
+void compressor_state_shape(const CompressorWeights& w, int* slots, int* width);
 
 }  // namespace dsv4::cpu

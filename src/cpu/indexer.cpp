@@ -15,12 +15,11 @@ namespace dsv4::cpu {
 
 using numerics::round_bf16;
 
-void index_scores(std::span<const float> q, std::span<const float> weights,
-                  std::span<const float> keys, int64_t visible, const IndexerParams& p,
-                  std::span<float> scores) {
+void index_scores(std::span<const float> q, std::span<const float> weights, LayerState& keys,
+                  int64_t visible, const IndexerParams& p, std::span<float> scores) {
   const int dh = p.head_dim;
   for (int64_t w = 0; w < visible; ++w) {
-    const float* key = keys.data() + w * dh;
+    const float* key = keys.index_key(w);
     float total = 0.0f;
     for (int h = 0; h < p.num_heads; ++h) {
       const float* qh = q.data() + h * dh;
@@ -45,14 +44,14 @@ std::vector<int32_t> select_topk(std::span<const float> scores, int k) {
   return ids;
 }
 
-std::vector<std::vector<int32_t>> indexer_select(const IndexerWeights& w, LayerCache& cache,
+std::vector<std::vector<int32_t>> indexer_select(const IndexerWeights& w, LayerState& layer,
                                                  std::span<const float> x,
                                                  std::span<const float> qr, int64_t n,
                                                  int64_t start_pos,
                                                  const numerics::RopeTable& rope,
                                                  const IndexerParams& p) {
-  compress_tokens(w.compressor, cache.index_compressor, x, n, start_pos, rope, p.rope_dim,
-                  p.norm_eps, CompressedKind::kIndexer, cache.index_keys);
+  compress_tokens(w.compressor, layer, x, n, start_pos, rope, p.rope_dim, p.norm_eps,
+                  CompressedKind::kIndexer);
   const int64_t d_model = w.weights_proj.in;
   const int64_t q_lora = w.wq_b.in;
   const int dh = p.head_dim;
@@ -74,10 +73,8 @@ std::vector<std::vector<int32_t>> indexer_select(const IndexerWeights& w, LayerC
       w.weights_proj.forward(x.subspan(t * d_model, d_model), weights);
       for (float& v : weights) v = round_bf16(v * weight_scale);
       const int64_t visible = (pos + 1) / p.ratio;
-      DSV4_CHECK(visible * dh <= static_cast<int64_t>(cache.index_keys.size()),
-                 "indexer keys missing for position ", pos);
       scores.resize(static_cast<size_t>(visible));
-      index_scores(q, weights, cache.index_keys, visible, p, scores);
+      index_scores(q, weights, layer, visible, p, scores);
       selected[t] = select_topk(scores, p.topk);
     }
   });

@@ -56,22 +56,29 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::filesystem::path& dir) {
   return from_checkpoint(config, ckpt);
 }
 
+LayerStateShape CpuModel::layer_state_shape(int l) const {
+  const BlockWeights& bw =
+      l < config_.num_layers() ? weights_->layers[l] : weights_->mtp[l - config_.num_layers()].block;
+  LayerStateShape shape{.window = config_.sliding_window,
+                        .head_dim = config_.head_dim,
+                        .ratio = config_.compress_ratio(l)};
+  if (bw.attn.compressor) compressor_state_shape(*bw.attn.compressor, &shape.comp_slots, &shape.comp_width);
+  if (bw.attn.indexer) {
+    shape.index_head_dim = config_.index_head_dim;
+    compressor_state_shape(bw.attn.indexer->compressor, &shape.index_slots, &shape.index_width);
+  }
+  return shape;
+}
+
 SequenceState CpuModel::new_sequence() const {
   SequenceState s;
   const int total = config_.num_layers() + static_cast<int>(config_.num_nextn_predict_layers);
-  s.layers.resize(static_cast<size_t>(total));
-  for (int l = 0; l < total; ++l) {
-    LayerCache& c = s.layers[l];
-    c.window.assign(static_cast<size_t>(config_.sliding_window * config_.head_dim), 0.0f);
-    const BlockWeights& bw =
-        l < config_.num_layers() ? weights_->layers[l] : weights_->mtp[l - config_.num_layers()].block;
-    if (bw.attn.compressor) reset_compressor_state(*bw.attn.compressor, c.compressor);
-    if (bw.attn.indexer) reset_compressor_state(bw.attn.indexer->compressor, c.index_compressor);
-  }
+  for (int l = 0; l < total; ++l)
+    s.layers.push_back(std::make_unique<DenseLayerState>(layer_state_shape(l)));
   return s;
 }
 
-void CpuModel::block_forward(const BlockWeights& w, int layer, LayerCache& cache,
+void CpuModel::block_forward(const BlockWeights& w, int layer, LayerState& cache,
                              std::span<const int32_t> ids, int64_t start_pos, int64_t n,
                              int64_t window_len, std::vector<float>& streams,
                              std::vector<int32_t>* routed_last) const {
@@ -170,7 +177,7 @@ ForwardOutput CpuModel::forward(SequenceState& state, std::span<const int32_t> t
   ForwardOutput out;
   for (int l = 0; l < config_.num_layers(); ++l) {
     std::vector<int32_t> routed;
-    block_forward(weights_->layers[l], l, state.layers[l], tokens, start_pos, n, window_len, streams,
+    block_forward(weights_->layers[l], l, *state.layers[l], tokens, start_pos, n, window_len, streams,
                   want_layer_streams ? &routed : nullptr);
     if (want_layer_streams) {
       out.layer_streams.insert(out.layer_streams.end(), streams.end() - hc * D, streams.end());
@@ -216,7 +223,7 @@ std::vector<float> CpuModel::mtp_forward(SequenceState& state, std::span<const f
   // The MTP block mirrors the trunk call it follows: prefill layout at 0, decode layout after.
   const int64_t window_len =
       window_part_length(start_pos, n, 0, static_cast<int>(config_.sliding_window));
-  block_forward(m.block, layer, state.layers[layer], next_ids, start_pos, n, window_len, streams,
+  block_forward(m.block, layer, *state.layers[layer], next_ids, start_pos, n, window_len, streams,
                 routed_experts);
   state.mtp_length += n;
   return head_logits(std::span(streams).subspan((n - 1) * hc * D, hc * D), m.hc_head, m.norm);

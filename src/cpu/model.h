@@ -45,8 +45,10 @@ class CpuModel {
 
   const model::ModelConfig& config() const { return config_; }
 
-  // Zeroed caches (compressor kv 0, score −inf) for the trunk and the MTP blocks.
+  // Zeroed caches (compressor kv 0, score −inf) for the trunk and the MTP blocks, dense.
   SequenceState new_sequence() const;
+  // Shape of the state of layer `layer` (trunk layers, then MTP blocks).
+  LayerStateShape layer_state_shape(int layer) const;
 
   // Trunk forward over `tokens` at positions [state.length, state.length + n).
   // prompt_length: when this call is one chunk of a prefill, the whole prompt's length
@@ -63,7 +65,7 @@ class CpuModel {
                                  std::vector<int32_t>* routed_experts = nullptr) const;
 
  private:
-  void block_forward(const BlockWeights& w, int layer, LayerCache& cache,
+  void block_forward(const BlockWeights& w, int layer, LayerState& cache,
                      std::span<const int32_t> ids, int64_t start_pos, int64_t n,
                      int64_t window_len, std::vector<float>& streams,
                      std::vector<int32_t>* routed_last) const;
