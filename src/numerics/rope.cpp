@@ -50,18 +50,28 @@ std::vector<float> rope_frequencies(const RopeParams& p) {
   return freqs;
 }
 
-RopeTable::RopeTable(const RopeParams& p, int64_t max_pos)
-    : pairs_(p.rope_dim / 2), max_pos_(max_pos) {
+RopeTable::RopeTable(const RopeParams& p, int64_t max_pos, int64_t cached_pos)
+    : pairs_(p.rope_dim / 2), max_pos_(max_pos), cached_pos_(std::min(max_pos, cached_pos)) {
   DSV4_CHECK(p.rope_dim % 2 == 0 && p.rope_dim > 0, "rope dim ", p.rope_dim, " must be even");
-  const std::vector<float> freqs = rope_frequencies(p);
-  table_.resize(static_cast<size_t>(max_pos) * pairs_ * 2);
-  for (int64_t pos = 0; pos < max_pos; ++pos) {
+  freqs_ = rope_frequencies(p);
+  table_.resize(static_cast<size_t>(cached_pos_) * pairs_ * 2);
+  for (int64_t pos = 0; pos < cached_pos_; ++pos) {
     for (int i = 0; i < pairs_; ++i) {
-      const float angle = static_cast<float>(pos) * freqs[i];
+      const float angle = static_cast<float>(pos) * freqs_[i];
       table_[(pos * pairs_ + i) * 2] = static_cast<float>(std::cos(static_cast<double>(angle)));
       table_[(pos * pairs_ + i) * 2 + 1] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
   }
+}
+
+float RopeTable::cos(int64_t pos, int pair) const {
+  if (pos < cached_pos_) return table_[(pos * pairs_ + pair) * 2];
+  return static_cast<float>(std::cos(static_cast<double>(static_cast<float>(pos) * freqs_[pair])));
+}
+
+float RopeTable::sin(int64_t pos, int pair) const {
+  if (pos < cached_pos_) return table_[(pos * pairs_ + pair) * 2 + 1];
+  return static_cast<float>(std::sin(static_cast<double>(static_cast<float>(pos) * freqs_[pair])));
 }
 
 void RopeTable::apply(std::span<float> x, int64_t pos, bool inverse) const {

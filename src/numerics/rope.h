@@ -29,23 +29,26 @@ void yarn_correction_range(const RopeParams& p, int* low, int* high);
 // Frequencies per pair (rope_dim/2 values), fp32 exactly as the reference computes them.
 std::vector<float> rope_frequencies(const RopeParams& p);
 
-// cos/sin table for positions [0, max_pos): layout [pos][pair] interleaved {cos, sin}.
+// cos/sin table: positions [0, cached_pos) precomputed, layout [pos][pair] {cos, sin};
+// positions in [cached_pos, max_pos) are computed on the fly with the same formula.
 class RopeTable {
  public:
   RopeTable() = default;
-  RopeTable(const RopeParams& p, int64_t max_pos);
+  RopeTable(const RopeParams& p, int64_t max_pos, int64_t cached_pos = 1 << 16);
   int pairs() const { return pairs_; }
   int64_t max_pos() const { return max_pos_; }
   // Rotates the last 2·pairs values of `x` (bf16-valued floats) in place by position pos,
   // rounding the result to bf16. inverse = multiply by the conjugate.
   void apply(std::span<float> x, int64_t pos, bool inverse = false) const;
-  float cos(int64_t pos, int pair) const { return table_[(pos * pairs_ + pair) * 2]; }
-  float sin(int64_t pos, int pair) const { return table_[(pos * pairs_ + pair) * 2 + 1]; }
+  float cos(int64_t pos, int pair) const;
+  float sin(int64_t pos, int pair) const;
 
  private:
   int pairs_ = 0;
   int64_t max_pos_ = 0;
-  std::vector<float> table_;  // [max_pos, pairs, 2]
+  int64_t cached_pos_ = 0;
+  std::vector<float> freqs_;  // [pairs]
+  std::vector<float> table_;  // [cached_pos, pairs, 2]
 };
 
 }  // namespace dsv4::numerics

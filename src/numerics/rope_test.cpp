@@ -69,3 +69,14 @@ TEST(Rope, PositionBeyondTableThrows) {
 }
 
 }  // namespace dsv4::numerics
+
+namespace dsv4::numerics {
+TEST(Rope, UncachedPositionsMatchCachedOnes) {
+  RopeTable cached(compress_params(), 5000, 5000), lazy(compress_params(), 5000, 10);
+  for (int64_t pos : {0, 9, 10, 1234, 4999})
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_EQ(cached.cos(pos, i), lazy.cos(pos, i));
+      EXPECT_EQ(cached.sin(pos, i), lazy.sin(pos, i));
+    }
+}
+}  // namespace dsv4::numerics
