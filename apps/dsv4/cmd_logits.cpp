@@ -11,6 +11,9 @@
 #include "eval/cpu_golden_backend.h"
 #include "eval/gates.h"
 #include "eval/logits_runner.h"
+#ifdef DSV4_WITH_CUDA
+#include "gpu/gpu_golden_backend.h"
+#endif
 
 namespace {
 
@@ -23,12 +26,20 @@ void run_logits(const LogitsArgs& a) {
   namespace fs = std::filesystem;
   const auto t0 = std::chrono::steady_clock::now();
   const auto manifest = dsv4::eval::load_manifest(a.cases);
-  DSV4_CHECK(a.device == "cpu", "--device ", a.device,
-             ": only the cpu backend is available for golden runs in this build");
-  std::shared_ptr<const dsv4::cpu::CpuModel> model = dsv4::cpu::CpuModel::load(a.model_dir);
-  dsv4::eval::CpuGoldenBackend backend(model);
+  std::unique_ptr<dsv4::eval::GoldenBackend> backend;
+#ifdef DSV4_WITH_CUDA
+  if (a.device == "cuda")
+    backend = std::make_unique<dsv4::gpu::GpuGoldenBackend>(
+        std::shared_ptr<dsv4::gpu::GpuModel>(dsv4::gpu::GpuModel::load(a.model_dir)));
+#endif
+  if (!backend) {
+    DSV4_CHECK(a.device == "cpu", "--device ", a.device,
+               ": only the cpu backend is available for golden runs in this build");
+    std::shared_ptr<const dsv4::cpu::CpuModel> model = dsv4::cpu::CpuModel::load(a.model_dir);
+    backend = std::make_unique<dsv4::eval::CpuGoldenBackend>(model);
+  }
   const auto tensors = dsv4::eval::run_golden_cases(
-      backend, manifest, !a.no_mtp, !a.no_streams, [](int done, int total) {
+      *backend, manifest, !a.no_mtp, !a.no_streams, [](int done, int total) {
         std::fprintf(stderr, "\r[dsv4 logits] cases %d/%d", done, total);
         if (done == total) std::fprintf(stderr, "\n");
       });

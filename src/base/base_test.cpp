@@ -40,4 +40,15 @@ TEST(ParallelFor, NestedCallsRunInline) {
   EXPECT_EQ(total.load(), 40);
 }
 
+TEST(ParallelFor, RethrowsExceptionsFromWorkers) {
+  EXPECT_THROW(parallel_for(100, [](int64_t b, int64_t) {
+                 if (b > 0) DSV4_FAIL("chunk starting at ", b);
+               }),
+               Error);
+  // The pool still works afterwards.
+  std::atomic<int> count{0};
+  parallel_for(10, [&](int64_t b, int64_t e) { count += static_cast<int>(e - b); });
+  EXPECT_EQ(count.load(), 10);
+}
+
 }  // namespace dsv4

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -107,12 +108,21 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, in
     fn(0, n);
     return;
   }
+  // An exception in any chunk is carried back to the caller (the first one wins).
+  std::mutex error_mu;
+  std::exception_ptr error;
   auto wrapped = [&](int64_t b, int64_t e) {
     in_parallel_region = true;
-    fn(b, e);
+    try {
+      fn(b, e);
+    } catch (...) {
+      std::lock_guard lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
     in_parallel_region = false;
   };
   pool().run(n, wrapped, parts);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace dsv4

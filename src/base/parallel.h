@@ -16,6 +16,8 @@ namespace dsv4 {
 int num_threads();
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n). Runs inline when n < min_chunk*2.
+// If fn throws in any chunk, the other chunks still finish and the first exception is
+// rethrown in the caller.
 void parallel_for(int64_t n,
                   const std::function<void(int64_t, int64_t)>& fn,
                   int64_t min_chunk = 1);

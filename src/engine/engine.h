@@ -1,0 +1,133 @@
+// Engine: the one thread that owns scheduling, the cache manager and the model runner.
+//
+// HTTP threads call submit()/abort() (thread-safe, lock-free inbox); results flow back
+// through each request's OutputSink, called on the engine thread. No JSON in here: the
+// server's protocol module converts wire formats to GenerateInput and back.
+//
+// Step loop: drain inbox (new requests, aborts) -> Scheduler::schedule() -> runner forward
+// -> sample -> detokenize/stop-match -> emit events -> free finished sequences -> log line.
+// Aborted or disconnected requests are freed at the start of the next step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/cache_manager.h"
+#include "engine/metrics.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/text_stream.h"
+
+namespace dsv4::engine {
+
+struct EngineConfig {
+  int64_t max_running_requests = 64;
+  int64_t max_queued_requests = 1024;    // beyond: submit() answers kQueueFull (HTTP 503)
+  int64_t chunked_prefill_size = 2048;   // prompt tokens per prefill step
+  int64_t cpu_cache_bytes = int64_t{2} << 30;  // CPU backend cache budget
+  double mem_fraction_static = 0.88;     // GPU backend: passed to the runner factory
+  int64_t max_context = 0;               // 0 = the runner's max_context()
+  int64_t sample_vocab_size = 0;         // tokenizer's id range; 0 = runner vocab
+  std::vector<int32_t> eos_ids;          // finish with "stop" unless ignore_eos
+  DetokenizerFactory detokenizer;        // null: events carry tokens only, no stop strings
+  int64_t decode_log_interval = 40;      // decode steps between "Decode batch" lines (0 = off)
+  bool log_prefill = true;
+  bool cuda_graph = false;               // reported in the decode log line
+  void validate() const;                 // throws dsv4::Error naming the bad field
+};
+
+struct GenerateInput {
+  std::vector<int32_t> prompt;  // 1 <= size < max_context
+  SamplingParams params;
+  OutputSink sink;              // required
+  Clock::time_point arrival = Clock::now();
+};
+
+enum class SubmitStatus { kOk, kQueueFull, kShuttingDown, kInvalid };
+
+struct SubmitResult {
+  SubmitStatus status = SubmitStatus::kOk;
+  SequenceId id = -1;
+  std::string message;  // for non-kOk
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner);
+  ~Engine();  // stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();  // launches the engine thread
+
+  // Thread-safe. On kOk the sink will receive events ending with one finished event.
+  SubmitResult submit(GenerateInput input);
+  // Thread-safe; unknown or finished ids are ignored. The request finishes with kAbort.
+  void abort(SequenceId id);
+
+  // Thread-safe. After begin_drain() submit() answers kShuttingDown.
+  void begin_drain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  // Waits until no request is in flight; false on timeout.
+  bool wait_idle(std::chrono::milliseconds timeout) const;
+  // Aborts what is left and joins the engine thread. Idempotent.
+  void stop();
+
+  int64_t num_inflight() const { return inflight_.load(); }
+  int64_t max_context() const { return max_context_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  const std::string& runner_name() const { return runner_name_; }
+  const EngineConfig& config() const { return config_; }
+  EngineMetrics& metrics() { return metrics_; }
+
+ private:
+  struct Command;
+  void run();
+  bool drain_inbox(bool block);
+  void step();
+  void handle_token(Sequence& seq, std::span<float> logits);
+  void finish(Sequence& seq, FinishReason reason, OutputEvent event, std::string error = {});
+  void abort_all(const std::string& why);
+  void log_batch(const BatchPlan& plan, double step_seconds, int64_t running);
+  void publish_gauges();
+
+  EngineConfig config_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::string runner_name_;
+  int64_t vocab_size_ = 0;
+  int64_t sample_vocab_ = 0;
+  int64_t max_context_ = 0;
+  std::unordered_set<int32_t> eos_;
+
+  // Engine-thread state.
+  std::unique_ptr<KvCacheManager> cache_;
+  Scheduler scheduler_;
+  std::unordered_map<SequenceId, std::unique_ptr<Sequence>> seqs_;
+  std::vector<float> logits_;
+  int64_t decode_steps_since_log_ = 0;
+  int64_t gen_tokens_since_log_ = 0;
+  Clock::time_point last_decode_log_ = Clock::now();
+  Clock::time_point last_prefill_log_ = Clock::now();
+
+  // Shared state.
+  struct Inbox;
+  std::unique_ptr<Inbox> inbox_;
+  std::atomic<int64_t> next_id_{1};
+  std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> not_admitted_{0};  // submitted, never admitted (queue limit)
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> seed_state_;
+  EngineMetrics metrics_;
+  std::thread thread_;
+};
+
+}  // namespace dsv4::engine

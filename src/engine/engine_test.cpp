@@ -1,0 +1,237 @@
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "engine/test_runner.h"
+
+namespace dsv4::engine {
+namespace {
+
+using testing::TestRunner;
+constexpr int32_t kEos = 256;
+
+// Bytes as tokens: ids < 256 are bytes, everything else is special (no text).
+class ByteDetok : public Detokenizer {
+ public:
+  std::string push(int32_t id) override { return id < 256 ? std::string(1, static_cast<char>(id)) : ""; }
+  std::string flush() override { return ""; }
+};
+
+// Collects the events of many requests; thread-safe.
+struct Collector {
+  struct Result {
+    std::vector<int32_t> tokens;
+    std::string text;
+    FinishReason reason = FinishReason::kNone;
+    bool done = false;
+    int events = 0;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, Result> results;
+
+  OutputSink sink(int key) {
+    return [this, key](OutputEvent&& ev) {
+      std::lock_guard lock(mu);
+      Result& r = results[key];
+      r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      r.text += ev.text;
+      ++r.events;
+      if (ev.finished) {
+        r.done = true;
+        r.reason = ev.finish_reason;
+        cv.notify_all();
+      }
+    };
+  }
+  void wait_all(int n) {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] {
+      int d = 0;
+      for (auto& [k, r] : results) d += r.done;
+      return d == n;
+    }));
+  }
+};
+
+EngineConfig config() {
+  EngineConfig c;
+  c.max_running_requests = 16;
+  c.max_queued_requests = 1000;
+  c.chunked_prefill_size = 64;
+  c.cpu_cache_bytes = 1 << 20;
+  c.eos_ids = {kEos};
+  c.sample_vocab_size = 290;
+  c.detokenizer = [](bool) { return std::make_unique<ByteDetok>(); };
+  c.decode_log_interval = 0;
+  c.log_prefill = false;
+  return c;
+}
+
+GenerateInput input(int prompt_len, uint64_t seed, int max_tokens, Collector& col, int key, int content = -1) {
+  GenerateInput in;
+  if (content < 0) content = key;
+  for (int i = 0; i < prompt_len; ++i) in.prompt.push_back(static_cast<int32_t>((i * 31 + content) % 250));
+  in.params.temperature = 0.8f;
+  in.params.top_p = 0.95f;
+  in.params.seed = seed;
+  in.params.max_tokens = max_tokens;
+  in.params.ignore_eos = true;
+  in.sink = col.sink(key);
+  return in;
+}
+
+TEST(Engine, SameSeedSameTokensAloneAndInABusyBatch) {
+  // Alone.
+  std::map<int, std::vector<int32_t>> alone;
+  for (int k = 0; k < 8; ++k) {
+    Collector col;
+    Engine e(config(), std::make_unique<TestRunner>());
+    e.start();
+    ASSERT_EQ(e.submit(input(20 + 13 * k, 1000 + k, 24, col, k)).status, SubmitStatus::kOk);
+    col.wait_all(1);
+    alone[k] = col.results[k].tokens;
+    EXPECT_EQ(alone[k].size(), 24u);
+  }
+  // 64 at once: request k % 8 repeats each seeded request eight times.
+  Collector col;
+  Engine e(config(), std::make_unique<TestRunner>());
+  e.start();
+  for (int k = 0; k < 64; ++k) ASSERT_EQ(e.submit(input(20 + 13 * (k % 8), 1000 + k % 8, 24, col, k, k % 8)).status, SubmitStatus::kOk);
+  col.wait_all(64);
+  for (int k = 0; k < 64; ++k) {
+    EXPECT_EQ(col.results[k].tokens, alone[k % 8]) << "request " << k;
+    EXPECT_EQ(col.results[k].reason, FinishReason::kLength);
+  }
+  EXPECT_TRUE(e.wait_idle(std::chrono::seconds(5)));
+}
+
+TEST(Engine, StopStringsAcrossTokensAreNotEmitted) {
+  auto runner = std::make_unique<TestRunner>();
+  const std::string script = "hello END world";
+  runner->forced = [script, n0 = size_t{0}](const std::vector<int32_t>& h) mutable {
+    const size_t prompt = 5;
+    const size_t k = h.size() - prompt;
+    return k < script.size() ? static_cast<int32_t>(script[k]) : -1;
+  };
+  Collector col;
+  Engine e(config(), std::move(runner));
+  e.start();
+  GenerateInput in = input(5, 1, 100, col, 0);
+  in.params.stop = {"END"};
+  ASSERT_EQ(e.submit(std::move(in)).status, SubmitStatus::kOk);
+  col.wait_all(1);
+  EXPECT_EQ(col.results[0].text, "hello ");
+  EXPECT_EQ(col.results[0].reason, FinishReason::kStop);
+}
+
+TEST(Engine, EosAndStopTokenIdsFinishWithStop) {
+  auto runner = std::make_unique<TestRunner>();
+  runner->forced = [](const std::vector<int32_t>& h) { return h.size() >= 8 ? kEos : 'a'; };
+  Collector col;
+  Engine e(config(), std::move(runner));
+  e.start();
+  GenerateInput in = input(5, 1, 100, col, 0);
+  in.params.ignore_eos = false;
+  ASSERT_EQ(e.submit(std::move(in)).status, SubmitStatus::kOk);
+  GenerateInput in2 = input(5, 1, 100, col, 1);
+  in2.params.stop_token_ids = {'a'};
+  ASSERT_EQ(e.submit(std::move(in2)).status, SubmitStatus::kOk);
+  col.wait_all(2);
+  EXPECT_EQ(col.results[0].text, "aaa");
+  EXPECT_EQ(col.results[0].reason, FinishReason::kStop);
+  EXPECT_EQ(col.results[1].text, "");
+  EXPECT_EQ(col.results[1].reason, FinishReason::kStop);
+}
+
+TEST(Engine, AbortsAndFinishesReturnEveryPage) {
+  auto runner = std::make_unique<TestRunner>();
+  runner->step_delay = std::chrono::microseconds(300);
+  TestRunner* raw = runner.get();
+  Collector col;
+  Engine e(config(), std::move(runner));
+  e.start();
+  std::vector<SequenceId> ids;
+  for (int k = 0; k < 40; ++k) {
+    SubmitResult r = e.submit(input(10 + k * 7, k, 5 + k % 30, col, k));
+    ASSERT_EQ(r.status, SubmitStatus::kOk);
+    ids.push_back(r.id);
+  }
+  for (int k = 0; k < 40; k += 3) e.abort(ids[k]);
+  col.wait_all(40);
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(5)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // gauges publish after the step
+  EXPECT_EQ(e.metrics().cache_used_bytes.load(), 0);
+  EXPECT_EQ(e.metrics().num_used_tokens.load(), 0);
+  EXPECT_EQ(e.metrics().num_running.load(), 0);
+  e.stop();
+  EXPECT_EQ(raw->live_states(), 0u);
+  int aborted = 0;
+  for (auto& [k, r] : col.results) aborted += r.reason == FinishReason::kAbort;
+  EXPECT_GE(aborted, 1);
+}
+
+TEST(Engine, QueueLimitRejectsAndDrainStopsAccepting) {
+  EngineConfig c = config();
+  c.max_running_requests = 1;
+  c.max_queued_requests = 2;
+  auto runner = std::make_unique<TestRunner>();
+  runner->step_delay = std::chrono::milliseconds(2);
+  Collector col;
+  Engine e(c, std::move(runner));
+  e.start();
+  int ok = 0, full = 0;
+  for (int k = 0; k < 10; ++k) {
+    const SubmitStatus s = e.submit(input(10, k, 50, col, k)).status;
+    ok += s == SubmitStatus::kOk;
+    full += s == SubmitStatus::kQueueFull;
+  }
+  EXPECT_GE(full, 1);
+  EXPECT_LE(ok, 3);
+  e.begin_drain();
+  EXPECT_EQ(e.submit(input(10, 1, 5, col, 99)).status, SubmitStatus::kShuttingDown);
+  col.wait_all(ok);
+  EXPECT_TRUE(e.wait_idle(std::chrono::seconds(10)));
+}
+
+TEST(Engine, PreemptionKeepsOutputsIdentical) {
+  EngineConfig c = config();
+  c.cpu_cache_bytes = 2048;  // few pages: decode must preempt and recompute
+  c.chunked_prefill_size = 512;
+  std::map<int, std::vector<int32_t>> alone;
+  for (int k = 0; k < 4; ++k) {
+    Collector col;
+    Engine e(c, std::make_unique<TestRunner>());
+    e.start();
+    ASSERT_EQ(e.submit(input(100, 7 + k, 120, col, k)).status, SubmitStatus::kOk);
+    col.wait_all(1);
+    alone[k] = col.results[k].tokens;
+  }
+  Collector col;
+  Engine e(c, std::make_unique<TestRunner>());
+  e.start();
+  for (int k = 0; k < 4; ++k) ASSERT_EQ(e.submit(input(100, 7 + k, 120, col, k)).status, SubmitStatus::kOk);
+  col.wait_all(4);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(col.results[k].tokens, alone[k]) << k;
+  EXPECT_GT(e.metrics().preemptions.load(), 0u);
+}
+
+TEST(Engine, RejectsBadPrompts) {
+  Collector col;
+  Engine e(config(), std::make_unique<TestRunner>());
+  GenerateInput in = input(5, 1, 5, col, 0);
+  in.prompt.clear();
+  EXPECT_EQ(e.submit(std::move(in)).status, SubmitStatus::kInvalid);
+  GenerateInput big = input(600, 1, 5, col, 0);
+  EXPECT_EQ(e.submit(std::move(big)).status, SubmitStatus::kInvalid);
+  GenerateInput bad = input(5, 1, 5, col, 0);
+  bad.prompt[0] = 100000;
+  EXPECT_EQ(e.submit(std::move(bad)).status, SubmitStatus::kInvalid);
+}
+
+}  // namespace
+}  // namespace dsv4::engine

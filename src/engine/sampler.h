@@ -1,0 +1,50 @@
+// Sampler: turns one logits row into one token for one request.
+//
+// Pipeline per call: mask ids >= sample_vocab (never sampled) -> repetition penalty (prompt
+// and output ids, HF rule) -> frequency/presence penalties (output counts, OpenAI rule) ->
+// logprobs (log-softmax of this row) -> greedy when temperature == 0 or top_k == 1, else
+// temperature -> min_p -> top_k -> top_p -> draw with the request's own RNG.
+// The draw depends only on (seed, the request's logits rows), never on other requests, so
+// the same seed and request give the same tokens in a busy batch.
+//
+// Thread-safety: one Sampler per request, used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "engine/types.h"
+
+namespace dsv4::engine {
+
+class Sampler {
+ public:
+  // sample_vocab: ids >= this are masked (the tokenizer's range); prompt feeds the
+  // repetition penalty.
+  Sampler(const SamplingParams& params, int64_t sample_vocab, uint64_t seed,
+          std::span<const int32_t> prompt);
+
+  // Samples from `logits` (one row, modified in place). Fills *logprob when non-null.
+  int32_t sample(std::span<float> logits, TokenLogprob* logprob);
+
+  // Records an emitted output token (for penalties). sample() does not call it.
+  void observe(int32_t token);
+
+ private:
+  void apply_penalties(std::span<float> logits) const;
+  double next_uniform();  // [0, 1), 53 random bits
+
+  SamplingParams params_;
+  int64_t sample_vocab_;
+  std::mt19937_64 rng_;
+  std::unordered_set<int32_t> seen_;                // prompt + output ids
+  std::unordered_map<int32_t, int32_t> out_counts_;  // output id -> count
+  std::vector<std::pair<float, int32_t>> scratch_;
+};
+
+}  // namespace dsv4::engine

@@ -1,0 +1,89 @@
+// TestRunner: a small deterministic ModelRunner for engine and server tests (test-only).
+//
+// Logits are a pure function of the sequence's whole token history (a rolling hash), so
+// a request gets the same logits whatever else is in the batch, and a recomputed sequence
+// gets the same logits again. It checks the runner contract (positions continue where the
+// sequence left off, fresh sequences start at 0) and writes every token through the cache
+// manager's entries. `forced(history)` may return a token id that then dominates the row.
+#pragma once
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "base/check.h"
+#include "engine/model_runner.h"
+
+namespace dsv4::engine::testing {
+
+class TestRunner : public ModelRunner {
+ public:
+  explicit TestRunner(int64_t vocab = 300, int64_t max_context = 512) : vocab_(vocab), max_context_(max_context) {}
+
+  int64_t vocab_size() const override { return vocab_; }
+  int64_t max_context() const override { return max_context_; }
+  CacheLayout cache_layout() const override {
+    CacheLayout l;
+    l.pools.push_back({"layer0.window", 8, 1, 4, PoolKind::kRing, 8});
+    l.pools.push_back({"layer0.csa_kv", 8, 4, 4, PoolKind::kPaged, 0});
+    l.pools.push_back({"layer0.compressor", 16, 1, 1, PoolKind::kState, 2});
+    return l;
+  }
+  void forward(std::span<const Item> items, std::span<float> logits_out) override {
+    DSV4_CHECK(logits_out.size() == items.size() * static_cast<size_t>(vocab_), "bad logits size");
+    if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const Item& it = items[i];
+      State& st = state_[it.seq];
+      if (it.start_pos == 0) st = State{};
+      DSV4_CHECK(it.start_pos == st.next_pos, "sequence ", it.seq, " resumed at ", it.start_pos, ", expected ",
+                 st.next_pos);
+      DSV4_CHECK(it.blocks != nullptr && it.blocks->num_tokens >= it.start_pos + (int64_t)it.tokens.size(),
+                 "block table too short");
+      for (int32_t t : it.tokens) {
+        st.hash = mix(st.hash ^ static_cast<uint64_t>(t));
+        st.history.push_back(t);
+        ++st.next_pos;
+      }
+      float* row = logits_out.data() + i * vocab_;
+      for (int64_t v = 0; v < vocab_; ++v) {
+        row[v] = static_cast<float>(mix(st.hash + static_cast<uint64_t>(v)) >> 40) / float(1 << 24) * 4.0f;
+      }
+      if (forced) {
+        const int32_t f = forced(st.history);
+        if (f >= 0 && f < vocab_) row[f] += 40.0f;
+      }
+      ++forward_items;
+    }
+  }
+  void release(SequenceId seq) override { state_.erase(seq); }
+  std::string name() const override { return "test"; }
+
+  size_t live_states() const { return state_.size(); }
+
+  std::function<int32_t(const std::vector<int32_t>& history)> forced;
+  std::chrono::microseconds step_delay{0};
+  int64_t forward_items = 0;
+
+  static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+
+ private:
+  struct State {
+    int64_t next_pos = 0;
+    uint64_t hash = 0;
+    std::vector<int32_t> history;
+  };
+  int64_t vocab_;
+  int64_t max_context_;
+  std::unordered_map<SequenceId, State> state_;
+};
+
+}  // namespace dsv4::engine::testing

@@ -1,0 +1,103 @@
+// CUDA error checking and RAII device memory for the dsv4 CUDA backend.
+//
+// CUDA_CHECK(expr) throws dsv4::Error with the stringified expression, file:line and the CUDA
+// error string. DeviceBuffer<T> owns one cudaMalloc allocation (move-only); resize() drops the
+// old contents. has_cuda_device() is what tests use to GTEST_SKIP on machines without a GPU.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/check.h"
+
+namespace dsv4::gpu {
+
+[[noreturn]] inline void cuda_fail(cudaError_t e, const char* expr, const char* file, int line) {
+  throw dsv4::Error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                    ") in `" + expr + "` at " + file + ":" + std::to_string(line));
+}
+
+#define CUDA_CHECK(expr)                                                         \
+  do {                                                                           \
+    const cudaError_t dsv4_cuda_err_ = (expr);                                   \
+    if (dsv4_cuda_err_ != cudaSuccess)                                           \
+      ::dsv4::gpu::cuda_fail(dsv4_cuda_err_, #expr, __FILE__, __LINE__);         \
+  } while (0)
+
+// After a kernel launch: reports launch-configuration errors at the launch site.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+// True when at least one CUDA device is usable (false on machines without a GPU or driver).
+inline bool has_cuda_device() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) { resize(count); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  // Reallocates to exactly `count` elements (contents undefined).
+  void resize(size_t count) {
+    release();
+    if (count > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
+    n_ = count;
+  }
+  // Grows (never shrinks) to at least `count` elements; contents undefined after growth.
+  void reserve(size_t count) {
+    if (count > n_) resize(count);
+  }
+  void upload(const T* host, size_t count) {
+    resize(count);
+    if (count > 0) CUDA_CHECK(cudaMemcpy(ptr_, host, count * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void upload(const std::vector<T>& v) { upload(v.data(), v.size()); }
+  std::vector<T> download() const { return download(n_); }
+  std::vector<T> download(size_t count) const {
+    std::vector<T> v(count);
+    if (count > 0) CUDA_CHECK(cudaMemcpy(v.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  void fill_bytes(int value) {
+    if (n_ > 0) CUDA_CHECK(cudaMemset(ptr_, value, n_ * sizeof(T)));
+  }
+  T* get() { return ptr_; }
+  const T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  bool empty() const { return n_ == 0; }
+
+ private:
+  void release() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,114 @@
+// Device-side bit formats and scalar math matching the host reference (numerics/formats.h,
+// numerics/quant.h). Every function reproduces the host result bit for bit:
+//  * bf16 rounding: round-to-nearest-even on the fp32 bits, NaN kept quiet;
+//  * e4m3 / e2m1 encoders: RNE with saturation, same tie rules as the host encoders;
+//  * exp/log1p go through double and round once (host libm expf/log1pf are within 0.5 ulp),
+//    so a GPU/CPU difference stays at the last bit in rare cases only.
+// The library is compiled with --fmad=false so that a*b+c is never contracted (the host
+// build does not contract either); explicit fmaf() is used where the reference calls fma.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::gpu {
+
+__device__ __forceinline__ float round_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(((u >> 16) | 0x40u) << 16);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __uint_as_float((u >> 16) << 16);
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
+
+__device__ __forceinline__ float e4m3_to_float(uint8_t b) {
+  const uint32_t sign = uint32_t(b >> 7) << 31;
+  const int exp = (b >> 3) & 0xf, man = b & 7;
+  if (exp == 0xf && man == 7) return __uint_as_float(0x7fc00000u);
+  if (exp == 0) return __uint_as_float(sign | __float_as_uint(float(man) * 0x1p-9f));
+  return __uint_as_float(sign | (uint32_t(exp - 7 + 127) << 23) | (uint32_t(man) << 20));
+}
+
+// Input already clamped to [-448, 448] by the callers (as the reference does).
+__device__ __forceinline__ uint8_t float_to_e4m3(float f) {
+  if (isnan(f)) return 0x7f;
+  const uint8_t sign = signbit(f) ? 0x80 : 0;
+  const float a = fabsf(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0x1p-6f) {  // subnormal quantum 2^-9; q = 8 is the smallest normal, code 8 too
+    const int q = __float2int_rn(a * 512.0f);
+    return sign | uint8_t(q);
+  }
+  int e = int((__float_as_uint(a) >> 23) & 0xff) - 127;  // floor(log2 a)
+  const float quantum = __uint_as_float(uint32_t(e - 3 + 127) << 23);
+  int q = __float2int_rn(a / quantum);  // 8..16
+  if (q == 16) {
+    q = 8;
+    ++e;
+  }
+  if (e > 8 || (e == 8 && q - 8 > 6)) return sign | 0x7e;
+  return sign | uint8_t(((e + 7) << 3) | (q - 8));
+}
+
+__device__ __forceinline__ float e8m0_to_float(uint8_t b) {
+  if (b == 0xff) return __uint_as_float(0x7fc00000u);
+  if (b == 0) return __uint_as_float(0x00400000u);  // 2^-127
+  return __uint_as_float(uint32_t(b) << 23);
+}
+
+__device__ __forceinline__ float e2m1_to_float(uint8_t nib) {
+  const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMag[nib & 7];
+  return (nib & 8) ? -m : m;
+}
+
+__device__ __forceinline__ uint8_t float_to_e2m1(float f) {
+  if (isnan(f)) return 0;
+  const uint8_t sign = signbit(f) ? 8 : 0;
+  const float a = fabsf(f);
+  const float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint8_t code = 0;
+  while (code < 7 && a > kMid[code]) ++code;
+  if (code < 7 && a == kMid[code] && (code & 1)) ++code;
+  return sign | code;
+}
+
+// 2^k as a float for k in [-126, 127] (normal range; the scales never leave it).
+__device__ __forceinline__ float pow2f(int k) { return __uint_as_float(uint32_t(k + 127) << 23); }
+
+__device__ __forceinline__ int ceil_log2_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return int((u >> 23) & 0xff) - 127 + ((u & 0x7fffffu) != 0 ? 1 : 0);
+}
+__device__ __forceinline__ float q8_block_scale(float amax) {
+  return pow2f(ceil_log2_bits(fmaxf(amax, 1e-4f) * (1.0f / 448.0f)));
+}
+__device__ __forceinline__ float q4_block_scale(float amax) {
+  return pow2f(ceil_log2_bits(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f)));
+}
+
+__device__ __forceinline__ float dexpf(float x) { return float(exp(double(x))); }
+__device__ __forceinline__ float sigmoidf_ref(float v) { return 1.0f / (1.0f + dexpf(-v)); }
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide double sum (blockDim.x a multiple of 32, ≤ 1024); result valid in every thread.
+__device__ __forceinline__ double block_sum(double v, double* shared32) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) shared32[warp] = v;
+  __syncthreads();
+  double t = 0.0;
+  const int nw = blockDim.x >> 5;
+  for (int i = 0; i < nw; ++i) t += shared32[i];
+  return t;
+}
+
+}  // namespace dsv4::gpu

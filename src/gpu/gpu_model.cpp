@@ -1,0 +1,381 @@
+// GpuModel: orchestration of the kernels in ops.h, step for step the CPU reference's order
+// (cpu/model.cpp, attention.cpp, compressor.cpp, indexer.cpp, moe.cpp).
+#include "gpu/gpu_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/check.h"
+#include "gpu/ops.h"
+#include "model/tensor_inventory.h"
+#include "numerics/rope.h"
+
+namespace dsv4::gpu {
+namespace {
+
+numerics::RopeParams rope_params(const model::ModelConfig& c, bool compressed) {
+  numerics::RopeParams p;
+  p.rope_dim = c.qk_rope_head_dim;
+  if (!compressed) {
+    p.base = c.rope_theta;
+    return p;
+  }
+  p.base = c.compress_rope_theta;
+  if (c.rope_scaling) {
+    p.yarn = true;
+    p.factor = c.rope_scaling->factor;
+    p.original_seq_len = c.rope_scaling->original_max_position_embeddings;
+    p.beta_fast = c.rope_scaling->beta_fast;
+    p.beta_slow = c.rope_scaling->beta_slow;
+  }
+  return p;
+}
+
+void upload_rope(const numerics::RopeParams& p, int64_t max_len, DeviceBuffer<float>& dst) {
+  const numerics::RopeTable t(p, max_len, max_len);
+  const int pairs = t.pairs();
+  std::vector<float> v(static_cast<size_t>(max_len) * pairs * 2);
+  for (int64_t pos = 0; pos < max_len; ++pos)
+    for (int i = 0; i < pairs; ++i) {
+      v[(pos * pairs + i) * 2] = t.cos(pos, i);
+      v[(pos * pairs + i) * 2 + 1] = t.sin(pos, i);
+    }
+  dst.upload(v);
+}
+
+int64_t window_part(int64_t start_pos, int64_t n, int64_t prompt_length, int window) {
+  if (prompt_length > 0 && start_pos + n <= prompt_length) return std::min<int64_t>(prompt_length, window);
+  if (start_pos == 0) return std::min<int64_t>(n, window);
+  return window;
+}
+
+template <class T>
+T* grow(DeviceBuffer<T>& b, int64_t count) {
+  b.reserve(static_cast<size_t>(std::max<int64_t>(count, 1)));
+  return b.get();
+}
+
+}  // namespace
+
+// Scratch buffers, grown on demand (contents never outlive one call).
+struct GpuModel::Workspace {
+  DeviceBuffer<int32_t> ids, eids, esel, sel, sel_count;
+  DeviceBuffer<float> streams, mixed, x, post, comb, mixes, sub;
+  DeviceBuffer<uint8_t> qa, qb;
+  DeviceBuffer<float> sa, sb;
+  DeviceBuffer<float> tq, qr, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iq, iw, scores;
+  DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;
+  DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;
+};
+
+GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weights, GpuModelOptions opts)
+    : config_(std::move(config)), weights_(std::move(weights)), ws_(std::make_unique<Workspace>()) {
+  max_len_ = opts.max_seq_len > 0 ? std::min<int64_t>(opts.max_seq_len, config_.max_position_embeddings)
+                                  : std::min<int64_t>(config_.max_position_embeddings, 65536);
+  upload_rope(rope_params(config_, false), max_len_, rope_window_);
+  upload_rope(rope_params(config_, true), max_len_, rope_compress_);
+}
+
+GpuModel::~GpuModel() = default;
+
+std::unique_ptr<GpuModel> GpuModel::from_checkpoint(const model::ModelConfig& config,
+                                                    const checkpoint::Checkpoint& ckpt, GpuModelOptions opts) {
+  config.validate();
+  model::verify_checkpoint(ckpt, config);
+  return std::make_unique<GpuModel>(config, upload_weights(ckpt, config), opts);
+}
+
+std::unique_ptr<GpuModel> GpuModel::load(const std::filesystem::path& dir, GpuModelOptions opts) {
+  const auto config = model::ModelConfig::from_file(dir / "config.json");
+  const auto ckpt = checkpoint::Checkpoint::open(dir);
+  return from_checkpoint(config, ckpt, opts);
+}
+
+std::unique_ptr<GpuModel> GpuModel::dummy(const model::ModelConfig& config, uint64_t seed, GpuModelOptions opts) {
+  config.validate();
+  return std::make_unique<GpuModel>(config, dummy_weights(config, seed), opts);
+}
+
+GpuSequenceState GpuModel::new_sequence() const {
+  GpuSequenceState s;
+  const int total = config_.num_layers() + config_.num_nextn_predict_layers;
+  s.layers.resize(static_cast<size_t>(total));
+  const int64_t d = config_.head_dim;
+  for (int l = 0; l < total; ++l) {
+    GpuLayerCache& c = s.layers[l];
+    c.window.resize(static_cast<size_t>(config_.sliding_window * d));
+    c.window.fill_bytes(0);
+    const BlockW& bw = l < config_.num_layers() ? weights_->layers[l] : weights_->mtp[l - config_.num_layers()].block;
+    auto reset = [&](const CompressorW& cw, DeviceBuffer<float>& kv, DeviceBuffer<float>& sc, DeviceBuffer<float>& entries) {
+      const int64_t slots = (cw.overlap ? 2 : 1) * cw.ratio, width = (cw.overlap ? 2 : 1) * cw.head_dim;
+      kv.resize(static_cast<size_t>(slots * width));
+      sc.resize(static_cast<size_t>(slots * width));
+      compressor_reset(kv.get(), sc.get(), slots * width, nullptr);
+      entries.resize(static_cast<size_t>(std::max<int64_t>(1, max_len_ / cw.ratio) * cw.head_dim));
+    };
+    if (bw.attn.compressor) reset(*bw.attn.compressor, c.comp_kv, c.comp_score, c.compressed);
+    if (bw.attn.indexer) reset(bw.attn.indexer->compressor, c.index_kv, c.index_score, c.index_keys);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return s;
+}
+
+void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,
+                        int64_t start_pos, float* entries, bool indexer) {
+  Workspace& s = *ws_;
+  const int64_t width = (w.overlap ? 2 : 1) * int64_t{w.head_dim}, D = config_.hidden_size;
+  float* pkv = grow(s.cproj_kv, n * width);
+  float* psc = grow(s.cproj_sc, n * width);
+  dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, nullptr);
+  dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, nullptr);
+  compressor_step(pkv, psc, w.ape.get(), n, start_pos, w.ratio, w.head_dim, w.overlap, st_kv, st_score, entries,
+                  nullptr);
+  const int64_t first = start_pos / w.ratio, total = (start_pos + n) / w.ratio;
+  compressor_finish(entries, first, total - first, w.head_dim, w.norm.get(), static_cast<float>(config_.rms_norm_eps),
+                    w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, indexer, nullptr);
+}
+
+void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
+                         int64_t start_pos, int64_t window_len, float* out) {
+  Workspace& s = *ws_;
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, H = c.num_attention_heads, d = c.head_dim, ql = c.q_lora_rank;
+  const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
+  const int64_t qmax = std::max<int64_t>({D, ql, int64_t{c.o_groups} * c.o_lora_rank});
+  uint8_t* qa = grow(s.qa, n * qmax);
+  float* sa = grow(s.sa, n * qmax / 128);
+  float* tq = grow(s.tq, n * ql);
+  float* qr = grow(s.qr, n * ql);
+  float* q = grow(s.q, n * H * d);
+  float* tkv = grow(s.tkv, n * d);
+  float* kv = grow(s.kv, n * d);
+  // 1. q and window-KV paths.
+  quantize_q8_rows(x, n, D, qa, sa, nullptr);
+  lin8(qa, sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, nullptr);
+  lin8(qa, sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, nullptr);
+  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, nullptr);
+  quantize_q8_rows(qr, n, ql, qa, sa, nullptr);  // qa/sa now hold Q8(qr)
+  lin8(qa, sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, q, nullptr);
+  head_rms_bf16_rows(q, n * H, static_cast<int>(d), eps, nullptr);
+  rope_rows(q, n * H, d, H, start_pos, 1, rope, pairs, false, nullptr);
+  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, kv, nullptr);
+  rope_rows(kv, n, d, 1, start_pos, 1, rope, pairs, false, nullptr);
+  simulate_q8_rows(kv, n, d, static_cast<int>(d - rd), 64, nullptr);
+  DSV4_CHECK(start_pos + n <= max_len_, "positions up to ", start_pos + n, " exceed the GPU state's ", max_len_);
+
+  // 2. Compressed entries and the indexer's choices.
+  SparseAttnArgs a;
+  if (ratio > 0) {
+    if (w.indexer) {
+      const IndexerW& ix = *w.indexer;
+      const int HI = c.index_n_heads, dh = c.index_head_dim;
+      compress(ix.compressor, cache.index_kv.get(), cache.index_score.get(), x, n, start_pos, cache.index_keys.get(),
+               true);
+      float* iq = grow(s.iq, n * HI * dh);
+      float* iw = grow(s.iw, n * HI);
+      lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, nullptr);
+      rope_rows(iq, n * HI, dh, HI, start_pos, 1, rope, pairs, false, nullptr);
+      hadamard_rows(iq, n * HI, dh, nullptr);
+      simulate_q4_rows(iq, n * HI, dh, dh, 32, nullptr);
+      const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
+      dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, nullptr);
+      const int64_t stride = std::max<int64_t>(1, (start_pos + n) / ratio);
+      float* scores = grow(s.scores, n * stride);
+      int32_t* sel = grow(s.sel, n * c.index_topk);
+      int32_t* cnt = grow(s.sel_count, n);
+      index_scores(iq, iw, cache.index_keys.get(), n, start_pos, ratio, HI, dh, scores, stride, nullptr);
+      index_topk(scores, n, start_pos, ratio, stride, c.index_topk, sel, cnt, nullptr);
+      a.selected = sel;
+      a.sel_count = cnt;
+      a.sel_stride = c.index_topk;
+    }
+    compress(*w.compressor, cache.comp_kv.get(), cache.comp_score.get(), x, n, start_pos, cache.compressed.get(), false);
+  }
+  // 3. Sparse attention, 4. ring update.
+  float* attn = grow(s.attn, n * H * d);
+  DSV4_CHECK(window_len >= std::min<int64_t>(start_pos + n, win) && window_len <= win, "window part length ",
+             window_len);
+  a.q = q;
+  a.kv_new = kv;
+  a.ring = cache.window.get();
+  a.compressed = cache.compressed.get();
+  a.sink = w.sink.get();
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  a.H = static_cast<int>(H);
+  a.d = static_cast<int>(d);
+  a.win = win;
+  a.ratio = ratio;
+  a.n = n;
+  a.start_pos = start_pos;
+  a.window_len = window_len;
+  a.out = attn;
+  sparse_attention(a, nullptr);
+  window_ring_update(kv, n, start_pos, win, static_cast<int>(d), cache.window.get(), nullptr);
+  // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
+  rope_rows(attn, n * H, d, H, start_pos, 1, rope, pairs, true, nullptr);
+  const int64_t G = c.o_groups, ro = c.o_lora_rank, group_in = H / G * d;
+  float* z = grow(s.z, n * G * ro);
+  dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, nullptr);
+  quantize_q8_rows(z, n, G * ro, qa, sa, nullptr);
+  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, nullptr);
+}
+
+void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out) {
+  Workspace& s = *ws_;
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, E = c.n_routed_experts, inter = c.moe_intermediate_size;
+  const int k = c.num_experts_per_tok;
+  const float limit = static_cast<float>(c.swiglu_limit);
+  float* logits = grow(s.logits_e, n * E);
+  int32_t* eids = grow(s.eids, n * k);
+  float* ewts = grow(s.ewts, n * k);
+  dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, nullptr);
+  moe_route(logits, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr, ids, n, static_cast<int>(E), k,
+            static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, nullptr);
+  uint8_t* qa = grow(s.qa, n * std::max(D, inter));
+  float* sa = grow(s.sa, n * std::max(D, inter) / 128);
+  uint8_t* qb = grow(s.qb, n * k * inter);
+  float* sb = grow(s.sb, n * k * inter / 128);
+  float* g = grow(s.g, n * k * inter);
+  float* u = grow(s.u, n * k * inter);
+  float* h = grow(s.h, n * k * inter);
+  float* routed = grow(s.routed, n * k * D);
+  quantize_q8_rows(x, n, D, qa, sa, nullptr);
+  const ExpertsW& ex = w.experts;
+  auto lin = ex.fp4 ? lin4 : lin8;
+  lin(qa, sa, n * k, k, ex.w1.get(), ex.s1.get(), inter, D, eids, g, nullptr);
+  lin(qa, sa, n * k, k, ex.w3.get(), ex.s3.get(), inter, D, eids, u, nullptr);
+  swiglu(g, u, ewts, n * k, inter, limit, h, nullptr);
+  quantize_q8_rows(h, n * k, inter, qb, sb, nullptr);
+  lin(qb, sb, n * k, 1, ex.w2.get(), ex.s2.get(), D, inter, eids, routed, nullptr);
+  float* sg = grow(s.sg, n * inter);
+  float* su = grow(s.su, n * inter);
+  float* sh = grow(s.sh, n * inter);
+  float* so = grow(s.shared_out, n * D);
+  lin8(qa, sa, n, 1, w.sw1.w.get(), w.sw1.s.get(), inter, D, nullptr, sg, nullptr);
+  lin8(qa, sa, n, 1, w.sw3.w.get(), w.sw3.s.get(), inter, D, nullptr, su, nullptr);
+  swiglu(sg, su, nullptr, n, inter, limit, sh, nullptr);
+  quantize_q8_rows(sh, n, inter, qb, sb, nullptr);
+  lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, nullptr);
+  moe_combine(routed, so, n, k, D, out, nullptr);
+}
+
+void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
+                             int64_t start_pos, int64_t n, int64_t window_len, float* streams) {
+  Workspace& s = *ws_;
+  const int hc = config_.hc_mult;
+  const int64_t D = config_.hidden_size, M = int64_t{hc} * (2 + hc);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const HcDeviceParams hp{hc, config_.hc_sinkhorn_iters, static_cast<float>(config_.hc_eps), eps};
+  float* mixed = grow(s.mixed, n * D);
+  float* x = grow(s.x, n * D);
+  float* post = grow(s.post, n * hc);
+  float* comb = grow(s.comb, n * hc * hc);
+  float* mixes = grow(s.mixes, n * M);
+  float* sub = grow(s.sub, n * D);
+  auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
+    dense_linear(streams, n, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, 0, false, 0.0f, mixes, nullptr);
+    hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, nullptr);
+    rms_norm_rows(mixed, norm.get(), n, D, eps, x, nullptr);
+  };
+  const int ratio = config_.compress_ratio(layer);
+  pre(w.hc_attn, w.attn_norm);
+  attention(w.attn, ratio, cache, x, n, start_pos, window_len, sub);
+  hc_post(sub, post, comb, n, D, hc, streams, nullptr);
+  pre(w.hc_ffn, w.ffn_norm);
+  moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
+  hc_post(sub, post, comb, n, D, hc, streams, nullptr);
+}
+
+std::vector<float> GpuModel::head_logits(const float* streams_last, const HcW& hc_head_w, const float* norm) {
+  Workspace& s = *ws_;
+  const int hc = config_.hc_mult;
+  const int64_t D = config_.hidden_size, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const HcDeviceParams hp{hc, config_.hc_sinkhorn_iters, static_cast<float>(config_.hc_eps), eps};
+  float* mix = grow(s.head_mix, hc);
+  float* y = grow(s.head_y, D);
+  float* yn = grow(s.head_n, D);
+  float* logits = grow(s.head_logits, V);
+  dense_linear(streams_last, 1, hc * D, hc_head_w.fn.w.get(), hc_head_w.fn.bf16, hc, hc * D, 0, false, 0.0f, mix,
+               nullptr);
+  hc_head_finish(streams_last, mix, 1, D, hc_head_w.scale.get(), hc_head_w.base.get(), hp, y, nullptr);
+  rms_norm_rows(y, norm, 1, D, eps, yn, nullptr);
+  dense_linear(yn, 1, D, weights_->head.w.get(), weights_->head.bf16, V, D, 0, false, 0.0f, logits, nullptr);
+  return s.head_logits.download(static_cast<size_t>(V));
+}
+
+GpuForwardOutput GpuModel::forward(GpuSequenceState& state, std::span<const int32_t> tokens, bool want_layer_streams,
+                                   int64_t prompt_length, bool want_final_streams) {
+  Workspace& s = *ws_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t start_pos = state.length;
+  DSV4_CHECK(n > 0, "forward needs at least one token");
+  DSV4_CHECK(start_pos + n <= max_len_, "positions ", start_pos, "..", start_pos + n - 1, " exceed ", max_len_);
+  for (int32_t id : tokens)
+    DSV4_CHECK(id >= 0 && id < config_.vocab_size, "token id ", id, " outside the vocabulary");
+  const int hc = config_.hc_mult;
+  const int64_t D = config_.hidden_size;
+  int32_t* ids = grow(s.ids, n);
+  CUDA_CHECK(cudaMemcpy(ids, tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  float* streams = grow(s.streams, n * hc * D);
+  embed_rows(weights_->embed.get(), ids, n, hc, D, streams, nullptr);
+  const int64_t window_len = window_part(start_pos, n, prompt_length, config_.sliding_window);
+  GpuForwardOutput out;
+  for (int l = 0; l < config_.num_layers(); ++l) {
+    block_forward(weights_->layers[l], l, state.layers[l], ids, start_pos, n, window_len, streams);
+    if (want_layer_streams) {
+      const size_t off = out.layer_streams.size();
+      out.layer_streams.resize(off + hc * D);
+      CUDA_CHECK(cudaMemcpy(out.layer_streams.data() + off, streams + (n - 1) * hc * D, hc * D * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+    }
+  }
+  state.length += n;
+  out.logits = head_logits(streams + (n - 1) * hc * D, weights_->hc_head, weights_->norm.get());
+  if (want_final_streams) out.final_streams = s.streams.download(static_cast<size_t>(n * hc * D));
+  return out;
+}
+
+std::vector<float> GpuModel::mtp_forward(GpuSequenceState& state, std::span<const float> streams_in,
+                                         std::span<const int32_t> next_ids, int64_t start_pos) {
+  DSV4_CHECK(!weights_->mtp.empty(), "this model has no MTP block");
+  Workspace& s = *ws_;
+  const MtpW& m = weights_->mtp[0];
+  const int hc = config_.hc_mult;
+  const int64_t D = config_.hidden_size, n = static_cast<int64_t>(next_ids.size());
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  DSV4_CHECK(static_cast<int64_t>(streams_in.size()) == n * hc * D, "MTP input streams size");
+  DSV4_CHECK(start_pos == state.mtp_length, "MTP call at position ", start_pos, " but its cache holds ",
+             state.mtp_length);
+  for (int32_t id : next_ids) DSV4_CHECK(id >= 0 && id < config_.vocab_size, "MTP token id ", id);
+  int32_t* ids = grow(s.ids, n);
+  CUDA_CHECK(cudaMemcpy(ids, next_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  float* in = grow(s.mtp_in, n * hc * D);
+  CUDA_CHECK(cudaMemcpy(in, streams_in.data(), n * hc * D * sizeof(float), cudaMemcpyHostToDevice));
+  float* emb = grow(s.emb, n * D);
+  float* embn = grow(s.embn, n * D);
+  float* pe = grow(s.pe, n * D);
+  float* hn = grow(s.hn, n * hc * D);
+  float* ph = grow(s.ph, n * hc * D);
+  uint8_t* qa = grow(s.qa, n * hc * D);
+  float* sa = grow(s.sa, n * hc * D / 128);
+  embed_rows(weights_->embed.get(), ids, n, 1, D, emb, nullptr);
+  rms_norm_rows(emb, m.enorm.get(), n, D, eps, embn, nullptr);
+  quantize_q8_rows(embn, n, D, qa, sa, nullptr);
+  lin8(qa, sa, n, 1, m.e_proj.w.get(), m.e_proj.s.get(), D, D, nullptr, pe, nullptr);
+  rms_norm_rows(in, m.hnorm.get(), n * hc, D, eps, hn, nullptr);
+  quantize_q8_rows(hn, n * hc, D, qa, sa, nullptr);
+  lin8(qa, sa, n * hc, 1, m.h_proj.w.get(), m.h_proj.s.get(), D, D, nullptr, ph, nullptr);
+  float* streams = grow(s.streams, n * hc * D);
+  add_bf16(ph, pe, n * hc, D, hc, streams, nullptr);
+  const int layer = config_.num_layers();
+  const int64_t window_len = window_part(start_pos, n, 0, config_.sliding_window);
+  block_forward(m.block, layer, state.layers[layer], ids, start_pos, n, window_len, streams);
+  state.mtp_length += n;
+  return head_logits(streams + (n - 1) * hc * D, m.hc_head, m.norm.get());
+}
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,300 @@
+// Weight upload (checkpoint) and dummy generation, sharing one builder over a WeightSource.
+#include "gpu/gpu_weights.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/check.h"
+#include "gpu/ops.h"
+#include "numerics/formats.h"
+
+namespace dsv4::gpu {
+namespace {
+
+using checkpoint::DType;
+using checkpoint::TensorView;
+
+// What a small fp32 vector is for (dummy init only).
+enum class VecKind { kNorm, kSmall, kZero, kOne };
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual void lin8(const std::string& prefix, int64_t out, int64_t in, Lin8W& w) = 0;
+  virtual void dense(const std::string& name, int64_t out, int64_t in, DenseW& w) = 0;
+  virtual void wo_a(const std::string& prefix, int64_t out, int64_t in, DenseW& w) = 0;
+  virtual void vec(const std::string& name, int64_t n, VecKind kind, DeviceBuffer<float>& v) = 0;
+  virtual void tid2eid(const std::string& name, int64_t n, int experts, DeviceBuffer<int32_t>& v) = 0;
+  virtual void embed(const std::string& name, int64_t n, DeviceBuffer<uint16_t>& v) = 0;
+  // Expert e's weight (fp4: packed) into its slot of the contiguous buffers.
+  virtual void expert(const std::string& prefix, int e, bool fp4, int64_t out, int64_t in,
+                      DeviceBuffer<uint8_t>& w, DeviceBuffer<uint8_t>& s) = 0;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t fp8_scale_count(int64_t out, int64_t in) { return ceil_div(out, 128) * ceil_div(in, 128); }
+
+class CheckpointSource : public WeightSource {
+ public:
+  explicit CheckpointSource(const checkpoint::Checkpoint& c) : c_(c) {}
+  void lin8(const std::string& p, int64_t out, int64_t in, Lin8W& w) override {
+    const TensorView& t = c_.at(p + ".weight");
+    const TensorView& s = c_.at(p + ".scale");
+    DSV4_CHECK(t.dtype == DType::kF8_E4M3 && t.shape == std::vector<int64_t>({out, in}), t.name, " shape/dtype");
+    w.out = out;
+    w.in = in;
+    raw(t, w.w);
+    raw(s, w.s);
+  }
+  void dense(const std::string& name, int64_t out, int64_t in, DenseW& w) override {
+    const TensorView& t = c_.at(name);
+    DSV4_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF32, t.name, " must be BF16 or F32");
+    DSV4_CHECK(t.numel() == out * in, t.name, " has ", t.numel(), " values, expected ", out * in);
+    w.bf16 = t.dtype == DType::kBF16;
+    w.out = out;
+    w.in = in;
+    raw(t, w.w);
+  }
+  void wo_a(const std::string& p, int64_t out, int64_t in, DenseW& w) override {
+    const TensorView& t = c_.at(p + ".weight");
+    const TensorView& s = c_.at(p + ".scale");
+    const auto* q = reinterpret_cast<const uint8_t*>(t.data);
+    const auto* sc = reinterpret_cast<const uint8_t*>(s.data);
+    const int64_t cols = ceil_div(in, 128);
+    std::vector<uint16_t> bits(static_cast<size_t>(out * in));
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i)
+        bits[o * in + i] = numerics::float_to_bf16_bits(numerics::e4m3_to_float(q[o * in + i]) *
+                                                         numerics::e8m0_to_float(sc[(o / 128) * cols + i / 128]));
+    w.bf16 = true;
+    w.out = out;
+    w.in = in;
+    w.w.upload(reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 2);
+  }
+  void vec(const std::string& name, int64_t n, VecKind, DeviceBuffer<float>& v) override {
+    const TensorView& t = c_.at(name);
+    DSV4_CHECK(t.numel() == n, name, " has ", t.numel(), " values, expected ", n);
+    std::vector<float> f(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if (t.dtype == DType::kBF16) {
+        uint16_t b;
+        std::memcpy(&b, t.data + i * 2, 2);
+        f[i] = numerics::bf16_bits_to_float(b);
+      } else {
+        DSV4_CHECK(t.dtype == DType::kF32, name, " must be BF16 or F32");
+        std::memcpy(&f[i], t.data + i * 4, 4);
+      }
+    }
+    v.upload(f);
+  }
+  void tid2eid(const std::string& name, int64_t n, int experts, DeviceBuffer<int32_t>& v) override {
+    const TensorView& t = c_.at(name);
+    DSV4_CHECK(t.numel() == n, name, " size");
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t x;
+      if (t.dtype == DType::kI64) {
+        std::memcpy(&x, t.data + i * 8, 8);
+      } else {
+        int32_t y;
+        std::memcpy(&y, t.data + i * 4, 4);
+        x = y;
+      }
+      DSV4_CHECK(x >= 0 && x < experts, name, ": expert id ", x, " out of range");
+      ids[i] = static_cast<int32_t>(x);
+    }
+    v.upload(ids);
+  }
+  void embed(const std::string& name, int64_t n, DeviceBuffer<uint16_t>& v) override {
+    const TensorView& t = c_.at(name);
+    DSV4_CHECK(t.dtype == DType::kBF16 && t.numel() == n, name, " must be BF16 with ", n, " values");
+    v.resize(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpy(v.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+  }
+  void expert(const std::string& p, int e, bool fp4, int64_t out, int64_t in, DeviceBuffer<uint8_t>& w,
+              DeviceBuffer<uint8_t>& s) override {
+    const TensorView& t = c_.at(p + ".weight");
+    const TensorView& sc = c_.at(p + ".scale");
+    const size_t wb = static_cast<size_t>(fp4 ? out * in / 2 : out * in);
+    const size_t sb = static_cast<size_t>(fp4 ? out * in / 32 : fp8_scale_count(out, in));
+    DSV4_CHECK(t.nbytes == wb && sc.nbytes == sb, p, ": unexpected expert tensor sizes");
+    CUDA_CHECK(cudaMemcpy(w.get() + e * wb, t.data, wb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s.get() + e * sb, sc.data, sb, cudaMemcpyHostToDevice));
+  }
+
+ private:
+  static void raw(const TensorView& t, DeviceBuffer<uint8_t>& b) {
+    b.resize(t.nbytes);
+    CUDA_CHECK(cudaMemcpy(b.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+  }
+  const checkpoint::Checkpoint& c_;
+};
+
+class DummySource : public WeightSource {
+ public:
+  explicit DummySource(uint64_t seed) : seed_(seed) {}
+  void lin8(const std::string&, int64_t out, int64_t in, Lin8W& w) override {
+    w.out = out;
+    w.in = in;
+    w.w.resize(static_cast<size_t>(out * in));
+    w.s.resize(static_cast<size_t>(fp8_scale_count(out, in)));
+    fill_random_e4m3(w.w.get(), out * in, next(), nullptr);
+    fill_e8m0(w.s.get(), static_cast<int64_t>(w.s.size()), 127 - 7, nullptr);
+  }
+  void dense(const std::string&, int64_t out, int64_t in, DenseW& w) override {
+    w.bf16 = true;
+    w.out = out;
+    w.in = in;
+    w.w.resize(static_cast<size_t>(out * in * 2));
+    fill_random_bf16(reinterpret_cast<uint16_t*>(w.w.get()), out * in, 0.02f, 0.0f, next(), nullptr);
+  }
+  void wo_a(const std::string& p, int64_t out, int64_t in, DenseW& w) override { dense(p, out, in, w); }
+  void vec(const std::string&, int64_t n, VecKind kind, DeviceBuffer<float>& v) override {
+    v.resize(static_cast<size_t>(n));
+    const float amp = kind == VecKind::kSmall ? 0.1f : (kind == VecKind::kNorm ? 0.01f : 0.0f);
+    const float mean = (kind == VecKind::kNorm || kind == VecKind::kOne) ? 1.0f : 0.0f;
+    fill_random_f32(v.get(), n, amp, mean, next(), nullptr);
+  }
+  void tid2eid(const std::string&, int64_t n, int experts, DeviceBuffer<int32_t>& v) override {
+    v.resize(static_cast<size_t>(n));
+    fill_random_ids(v.get(), n, experts, next(), nullptr);
+  }
+  void embed(const std::string&, int64_t n, DeviceBuffer<uint16_t>& v) override {
+    v.resize(static_cast<size_t>(n));
+    fill_random_bf16(v.get(), n, 1.0f, 0.0f, next(), nullptr);
+  }
+  void expert(const std::string&, int e, bool fp4, int64_t out, int64_t in, DeviceBuffer<uint8_t>& w,
+              DeviceBuffer<uint8_t>& s) override {
+    const int64_t wb = fp4 ? out * in / 2 : out * in;
+    const int64_t sb = fp4 ? out * in / 32 : fp8_scale_count(out, in);
+    if (fp4) fill_random_fp4(w.get() + e * wb, wb, next(), nullptr);
+    else fill_random_e4m3(w.get() + e * wb, wb, next(), nullptr);
+    fill_e8m0(s.get() + e * sb, sb, fp4 ? 127 - 6 : 127 - 7, nullptr);
+  }
+
+ private:
+  uint64_t next() { return seed_ * 0x9E3779B97F4A7C15ull + (++counter_); }
+  uint64_t seed_, counter_ = 0;
+};
+
+void build_hc(WeightSource& src, const std::string& p, int64_t rows, int64_t in, int64_t base_n,
+              int64_t scale_n, HcW& hc) {
+  src.dense(p + "_fn", rows, in, hc.fn);
+  src.vec(p + "_base", base_n, VecKind::kSmall, hc.base);
+  src.vec(p + "_scale", scale_n, VecKind::kNorm, hc.scale);
+}
+
+void build_compressor(WeightSource& src, const model::ModelConfig& cfg, const std::string& p, int ratio,
+                      int h, CompressorW& c) {
+  c.ratio = ratio;
+  c.head_dim = h;
+  c.overlap = ratio == 4;
+  const int64_t width = (c.overlap ? 2 : 1) * int64_t{h};
+  src.dense(p + ".wkv.weight", width, cfg.hidden_size, c.wkv);
+  src.dense(p + ".wgate.weight", width, cfg.hidden_size, c.wgate);
+  src.vec(p + ".ape", ratio * width, VecKind::kSmall, c.ape);
+  src.vec(p + ".norm.weight", h, VecKind::kNorm, c.norm);
+}
+
+void build_block(WeightSource& src, const model::ModelConfig& cfg, const std::string& p, int layer, BlockW& b) {
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, H = cfg.num_attention_heads, d = cfg.head_dim;
+  const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, E = cfg.n_routed_experts, inter = cfg.moe_intermediate_size;
+  src.vec(p + ".attn_norm.weight", D, VecKind::kNorm, b.attn_norm);
+  src.vec(p + ".ffn_norm.weight", D, VecKind::kNorm, b.ffn_norm);
+  build_hc(src, p + ".hc_attn", (2 + hc) * hc, hc * D, (2 + hc) * hc, 3, b.hc_attn);
+  build_hc(src, p + ".hc_ffn", (2 + hc) * hc, hc * D, (2 + hc) * hc, 3, b.hc_ffn);
+  AttentionW& a = b.attn;
+  src.vec(p + ".attn.attn_sink", H, VecKind::kZero, a.sink);
+  src.lin8(p + ".attn.wq_a", cfg.q_lora_rank, D, a.wq_a);
+  src.vec(p + ".attn.q_norm.weight", cfg.q_lora_rank, VecKind::kNorm, a.q_norm);
+  src.lin8(p + ".attn.wq_b", H * d, cfg.q_lora_rank, a.wq_b);
+  src.lin8(p + ".attn.wkv", d, D, a.wkv);
+  src.vec(p + ".attn.kv_norm.weight", d, VecKind::kNorm, a.kv_norm);
+  src.wo_a(p + ".attn.wo_a", G * ro, H * d / G, a.wo_a);
+  src.lin8(p + ".attn.wo_b", D, G * ro, a.wo_b);
+  const int ratio = cfg.compress_ratio(layer);
+  if (ratio > 0) {
+    a.compressor.emplace();
+    build_compressor(src, cfg, p + ".attn.compressor", ratio, static_cast<int>(d), *a.compressor);
+    if (ratio == 4) {
+      a.indexer.emplace();
+      src.lin8(p + ".attn.indexer.wq_b", int64_t{cfg.index_n_heads} * cfg.index_head_dim, cfg.q_lora_rank,
+               a.indexer->wq_b);
+      src.dense(p + ".attn.indexer.weights_proj.weight", cfg.index_n_heads, D, a.indexer->weights_proj);
+      build_compressor(src, cfg, p + ".attn.indexer.compressor", ratio, cfg.index_head_dim,
+                       a.indexer->compressor);
+    }
+  }
+  MoeW& m = b.ffn;
+  src.dense(p + ".ffn.gate.weight", E, D, m.gate);
+  if (cfg.is_hash_layer(layer)) {
+    src.tid2eid(p + ".ffn.gate.tid2eid", cfg.vocab_size * cfg.num_experts_per_tok, static_cast<int>(E), m.tid2eid);
+  } else {
+    src.vec(p + ".ffn.gate.bias", E, VecKind::kSmall, m.bias);
+  }
+  ExpertsW& x = m.experts;
+  x.fp4 = cfg.expert_dtype == "fp4";
+  x.num = static_cast<int>(E);
+  x.inter = inter;
+  x.dim = D;
+  const int64_t wb = x.fp4 ? inter * D / 2 : inter * D;
+  const int64_t sb = x.fp4 ? inter * D / 32 : fp8_scale_count(inter, D);
+  const int64_t sb2 = x.fp4 ? inter * D / 32 : fp8_scale_count(D, inter);
+  x.w1.resize(E * wb);
+  x.w2.resize(E * wb);
+  x.w3.resize(E * wb);
+  x.s1.resize(E * sb);
+  x.s2.resize(E * sb2);
+  x.s3.resize(E * sb);
+  for (int e = 0; e < E; ++e) {
+    const std::string ep = p + ".ffn.experts." + std::to_string(e);
+    src.expert(ep + ".w1", e, x.fp4, inter, D, x.w1, x.s1);
+    src.expert(ep + ".w2", e, x.fp4, D, inter, x.w2, x.s2);
+    src.expert(ep + ".w3", e, x.fp4, inter, D, x.w3, x.s3);
+  }
+  src.lin8(p + ".ffn.shared_experts.w1", inter, D, m.sw1);
+  src.lin8(p + ".ffn.shared_experts.w2", D, inter, m.sw2);
+  src.lin8(p + ".ffn.shared_experts.w3", inter, D, m.sw3);
+}
+
+std::unique_ptr<GpuWeights> build(WeightSource& src, const model::ModelConfig& cfg) {
+  auto w = std::make_unique<GpuWeights>();
+  const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
+  src.embed("embed.weight", cfg.vocab_size * D, w->embed);
+  src.dense("head.weight", cfg.vocab_size, D, w->head);
+  src.vec("norm.weight", D, VecKind::kNorm, w->norm);
+  build_hc(src, "hc_head", hc, hc * D, hc, 1, w->hc_head);
+  w->layers.resize(static_cast<size_t>(cfg.num_layers()));
+  for (int l = 0; l < cfg.num_layers(); ++l) build_block(src, cfg, "layers." + std::to_string(l), l, w->layers[l]);
+  w->mtp.resize(static_cast<size_t>(cfg.num_nextn_predict_layers));
+  for (int i = 0; i < cfg.num_nextn_predict_layers; ++i) {
+    const std::string p = "mtp." + std::to_string(i);
+    MtpW& m = w->mtp[i];
+    build_block(src, cfg, p, cfg.num_layers() + i, m.block);
+    src.lin8(p + ".e_proj", D, D, m.e_proj);
+    src.lin8(p + ".h_proj", D, D, m.h_proj);
+    src.vec(p + ".enorm.weight", D, VecKind::kNorm, m.enorm);
+    src.vec(p + ".hnorm.weight", D, VecKind::kNorm, m.hnorm);
+    src.vec(p + ".norm.weight", D, VecKind::kNorm, m.norm);
+    build_hc(src, p + ".hc_head", hc, hc * D, hc, 1, m.hc_head);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  w->total_bytes = total_b - free_b;
+  return w;
+}
+
+}  // namespace
+
+std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt, const model::ModelConfig& config) {
+  CheckpointSource src(ckpt);
+  return build(src, config);
+}
+
+std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed) {
+  DummySource src(seed);
+  return build(src, config);
+}
+
+}  // namespace dsv4::gpu

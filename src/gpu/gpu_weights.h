@@ -1,0 +1,95 @@
+// DeepSeek-V4 weights on the device, in checkpoint formats (spec §3.2, §3.3).
+//
+// FP8 linears keep e4m3 codes + e8m0 scale bytes, FP4 experts keep packed nibbles + e8m0
+// bytes, dense weights keep their checkpoint dtype (bf16 or f32; the kernels widen them), and
+// wo_a is dequantized to bf16 per 128×128 tile as the reference's converter does. Small
+// vectors (norms, biases, ape, sinks, hc base/scale) are fp32. Routed experts of a layer are
+// contiguous ([E, out, ...]) so that one launch can serve every (token, expert) pair.
+// Built from a verified checkpoint or as random "dummy" weights directly on the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "gpu/cuda_check.h"
+#include "model/model_config.h"
+
+namespace dsv4::gpu {
+
+struct Lin8W {
+  DeviceBuffer<uint8_t> w, s;  // [out, in] e4m3, [ceil(out/128), ceil(in/128)] e8m0
+  int64_t out = 0, in = 0;
+};
+struct DenseW {
+  DeviceBuffer<uint8_t> w;  // [out, in] bf16 or f32
+  bool bf16 = true;
+  int64_t out = 0, in = 0;
+  size_t bytes() const { return w.bytes(); }
+};
+struct CompressorW {
+  int ratio = 0, head_dim = 0;
+  bool overlap = false;
+  DenseW wkv, wgate;            // [c·h, D]
+  DeviceBuffer<float> ape, norm;  // [r, c·h], [h]
+};
+struct IndexerW {
+  Lin8W wq_b;
+  DenseW weights_proj;  // [H_I, D]
+  CompressorW compressor;
+};
+struct AttentionW {
+  DeviceBuffer<float> sink, q_norm, kv_norm;
+  Lin8W wq_a, wq_b, wkv, wo_b;
+  DenseW wo_a;  // bf16 [G·r_o, H·d/G]
+  std::optional<CompressorW> compressor;
+  std::optional<IndexerW> indexer;
+};
+struct ExpertsW {
+  bool fp4 = true;
+  int num = 0;
+  int64_t inter = 0, dim = 0;
+  DeviceBuffer<uint8_t> w1, w2, w3, s1, s2, s3;  // contiguous over experts
+};
+struct MoeW {
+  DenseW gate;                    // [E, D]
+  DeviceBuffer<float> bias;       // [E] (score routing)
+  DeviceBuffer<int32_t> tid2eid;  // [vocab, k] (hash routing)
+  ExpertsW experts;
+  Lin8W sw1, sw2, sw3;  // shared expert
+};
+struct HcW {
+  DenseW fn;
+  DeviceBuffer<float> base, scale;
+};
+struct BlockW {
+  DeviceBuffer<float> attn_norm, ffn_norm;
+  HcW hc_attn, hc_ffn;
+  AttentionW attn;
+  MoeW ffn;
+};
+struct MtpW {
+  BlockW block;
+  Lin8W e_proj, h_proj;
+  DeviceBuffer<float> enorm, hnorm, norm;
+  HcW hc_head;
+};
+struct GpuWeights {
+  DeviceBuffer<uint16_t> embed;  // [vocab, D] bf16
+  DenseW head;                   // [vocab, D]
+  DeviceBuffer<float> norm;
+  HcW hc_head;
+  std::vector<BlockW> layers;
+  std::vector<MtpW> mtp;
+  size_t total_bytes = 0;
+};
+
+// Uploads a checkpoint that already passed model::verify_checkpoint.
+std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt,
+                                           const model::ModelConfig& config);
+// Random weights of the right shapes and formats, generated on the device (seeded).
+std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed);
+
+}  // namespace dsv4::gpu

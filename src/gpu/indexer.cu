@@ -1,0 +1,77 @@
+// Lightning indexer scores and top-k (spec §4.6) on the GPU.
+//
+// Design: index_scores uses one warp per (token, entry): per head a double dot over the head
+// dims (warp reduction), then the bf16 relu/weight products summed in head order by lane 0 —
+// the CPU's exact order. index_topk ranks each visible entry by counting better entries
+// (score greater, or equal with a lower id), so the result is the CPU's partial_sort order
+// with ties broken by the lower id; O(visible²) per token, fine for correctness.
+// Shapes: q [n, heads, dh]; weights [n, heads]; keys [entries, dh]; scores [n, stride];
+// sel [n, k]; count [n].
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+constexpr int kWarps = 8;
+
+__global__ void scores_kernel(const float* __restrict__ q, const float* __restrict__ weights,
+                              const float* __restrict__ keys, int64_t start_pos, int ratio, int heads,
+                              int dh, float* scores, int64_t stride) {
+  const int64_t w = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t t = blockIdx.y;
+  const int64_t visible = (start_pos + t + 1) / ratio;
+  if (w >= visible) return;
+  const int lane = threadIdx.x & 31;
+  const float* key = keys + w * dh;
+  const float* qt = q + t * heads * dh;
+  float total = 0.0f;
+  for (int h = 0; h < heads; ++h) {
+    double dot = 0.0;
+    for (int k = lane; k < dh; k += 32) dot += double(qt[h * dh + k]) * double(key[k]);
+    dot = warp_sum(dot);
+    const float sv = fmaxf(round_bf16(float(dot)), 0.0f);
+    total += round_bf16(sv * weights[t * heads + h]);
+  }
+  if (lane == 0) scores[t * stride + w] = round_bf16(total);
+}
+
+__global__ void topk_kernel(const float* __restrict__ scores, int64_t start_pos, int ratio,
+                            int64_t stride, int k, int32_t* sel, int32_t* count) {
+  const int64_t t = blockIdx.x;
+  const int64_t visible = (start_pos + t + 1) / ratio;
+  const float* s = scores + t * stride;
+  for (int64_t w = threadIdx.x; w < visible; w += blockDim.x) {
+    const float sw = s[w];
+    int64_t rank = 0;
+    for (int64_t v = 0; v < visible && rank < k; ++v) {
+      const float sv = s[v];
+      rank += (sv > sw || (sv == sw && v < w)) ? 1 : 0;
+    }
+    if (rank < k) sel[t * k + rank] = int32_t(w);
+  }
+  if (threadIdx.x == 0) count[t] = int32_t(visible < k ? visible : k);
+}
+
+}  // namespace
+
+void index_scores(const float* q, const float* weights, const float* keys, int64_t n,
+                  int64_t start_pos, int ratio, int heads, int dh, float* scores, int64_t stride,
+                  cudaStream_t s) {
+  const int64_t max_visible = (start_pos + n) / ratio;
+  if (n == 0 || max_visible == 0) return;
+  DSV4_CHECK(n <= 65535, "too many indexer query rows: ", n);
+  dim3 grid(static_cast<unsigned>((max_visible + kWarps - 1) / kWarps), static_cast<unsigned>(n));
+  scores_kernel<<<grid, kWarps * 32, 0, s>>>(q, weights, keys, start_pos, ratio, heads, dh, scores, stride);
+  CUDA_CHECK_LAUNCH();
+}
+
+void index_topk(const float* scores, int64_t n, int64_t start_pos, int ratio, int64_t stride, int k,
+                int32_t* sel, int32_t* count, cudaStream_t s) {
+  if (n == 0) return;
+  topk_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(scores, start_pos, ratio, stride, k, sel, count);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,270 @@
+// Per-kernel tests: every GPU kernel against the CPU reference function on fresh random
+// inputs, parameterized over sizes. Skips when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/linear.h"
+#include "cpu/mhc.h"
+#include "gpu/cuda_check.h"
+#include "gpu/ops.h"
+#include "model/make_tiny.h"
+#include "numerics/formats.h"
+#include "numerics/hadamard.h"
+#include "numerics/quant.h"
+#include "numerics/rope.h"
+
+namespace dsv4::gpu {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<float> random_bf16(size_t n, float std, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = numerics::round_bf16(d(rng));
+  return v;
+}
+
+template <class T>
+DeviceBuffer<T> dev(const std::vector<T>& v) {
+  DeviceBuffer<T> b;
+  b.upload(v);
+  return b;
+}
+
+// Max |a−b| / max(|b|, tiny) over the arrays.
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::max(1e-30, std::fabs(double(b[i]))));
+  return m;
+}
+
+struct LinShape {
+  int64_t rows, out, in;
+};
+class LinearTest : public ::testing::TestWithParam<LinShape> {};
+
+TEST_P(LinearTest, Lin8MatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const auto [rows, out, in] = GetParam();
+  const auto wf = random_bf16(out * in, 0.05f, 1);
+  std::vector<uint8_t> codes(out * in), sc(((out + 127) / 128) * ((in + 127) / 128));
+  model::quantize_fp8_blocks(wf.data(), out, in, codes.data(), sc.data());
+  cpu::Fp8Linear ref{.out = out, .in = in};
+  for (uint8_t c : codes) ref.weight.push_back(numerics::e4m3_to_float(c));
+  for (uint8_t c : sc) ref.scale.push_back(numerics::e8m0_to_float(c));
+  const auto x = random_bf16(rows * in, 1.0f, 2);
+  std::vector<float> want(rows * out);
+  for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
+  auto dx = dev(x);
+  auto dw = dev(codes), ds = dev(sc);
+  DeviceBuffer<uint8_t> q(rows * in);
+  DeviceBuffer<float> qs(rows * in / 128), y(rows * out);
+  quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+  lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, y.get(), nullptr);
+  EXPECT_EQ(y.download(), want);
+}
+
+TEST_P(LinearTest, Lin4MatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const auto [rows, out, in] = GetParam();
+  const auto wf = random_bf16(out * in, 0.05f, 3);
+  std::vector<uint8_t> packed(out * in / 2), sc(out * in / 32);
+  model::quantize_fp4_rows(wf.data(), out, in, packed.data(), sc.data());
+  cpu::Fp4Linear ref{.out = out, .in = in};
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k) ref.weight.push_back(numerics::e2m1_to_float(numerics::fp4_nibble(&packed[o * in / 2], k)));
+  for (uint8_t c : sc) ref.scale.push_back(numerics::e8m0_to_float(c));
+  const auto x = random_bf16(rows * in, 1.0f, 4);
+  std::vector<float> want(rows * out);
+  for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
+  auto dx = dev(x);
+  auto dw = dev(packed), ds = dev(sc);
+  DeviceBuffer<uint8_t> q(rows * in);
+  DeviceBuffer<float> qs(rows * in / 128), y(rows * out);
+  quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+  lin4(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, y.get(), nullptr);
+  EXPECT_EQ(y.download(), want);
+}
+
+TEST_P(LinearTest, DenseBf16AndFp32MatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [rows, out, in] = GetParam();
+  const auto w = random_bf16(out * in, 0.05f, 5);
+  const auto x = random_bf16(rows * in, 1.0f, 6);
+  cpu::Bf16Linear rb{.out = out, .in = in, .weight = w};
+  cpu::Fp32Linear rf{.out = out, .in = in, .weight = w};
+  std::vector<float> want_b(rows * out), want_f(rows * out);
+  for (int64_t r = 0; r < rows; ++r) {
+    rb.forward(std::span(x).subspan(r * in, in), std::span(want_b).subspan(r * out, out));
+    rf.forward(std::span(x).subspan(r * in, in), std::span(want_f).subspan(r * out, out));
+  }
+  std::vector<uint16_t> bits;
+  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  auto dx = dev(x);
+  auto dwb = dev(bits);
+  auto dwf = dev(w);
+  DeviceBuffer<float> yb(rows * out), yf(rows * out);
+  dense_linear(dx.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, yb.get(), nullptr);
+  dense_linear(dx.get(), rows, in, dwf.get(), false, out, in, 0, false, 0.0f, yf.get(), nullptr);
+  EXPECT_LE(max_rel(yb.download(), want_b), 1e-6);  // same double sum, other order
+  EXPECT_LE(max_rel(yf.download(), want_f), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest,
+                         ::testing::Values(LinShape{1, 128, 128}, LinShape{3, 200, 384}, LinShape{5, 256, 1024},
+                                           LinShape{2, 64, 2048}));
+
+class RowTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(RowTest, RmsNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int dim = GetParam(), rows = 7;
+  const auto x = random_bf16(rows * dim, 2.0f, 7);
+  auto w = random_bf16(dim, 0.1f, 8);
+  for (float& v : w) v = numerics::round_bf16(v + 1.0f);
+  std::vector<float> want(rows * dim);
+  for (int r = 0; r < rows; ++r) cpu::rms_norm(std::span(x).subspan(r * dim, dim), w, 1e-6f, std::span(want).subspan(r * dim, dim));
+  auto dx = dev(x), dw = dev(w);
+  DeviceBuffer<float> y(rows * dim);
+  rms_norm_rows(dx.get(), dw.get(), rows, dim, 1e-6f, y.get(), nullptr);
+  EXPECT_LE(max_rel(y.download(), want), 1.0 / 128);  // at most one bf16 step, normally equal
+}
+
+TEST_P(RowTest, QuantizeAndSimulateMatchNumerics) {
+  SKIP_WITHOUT_GPU();
+  const int dim = GetParam(), rows = 5;
+  auto x = random_bf16(rows * dim, 3.0f, 9);
+  x[3] = 0.0f;
+  x[5] = 1e-7f;
+  std::vector<uint8_t> codes(rows * dim);
+  std::vector<float> scales(rows * dim / 128);
+  numerics::quantize_q8(x, 128, codes, scales);
+  auto dx = dev(x);
+  DeviceBuffer<uint8_t> q(rows * dim);
+  DeviceBuffer<float> qs(rows * dim / 128);
+  quantize_q8_rows(dx.get(), rows, dim, q.get(), qs.get(), nullptr);
+  EXPECT_EQ(q.download(), codes);
+  EXPECT_EQ(qs.download(), scales);
+  auto w8 = x, w4 = x;
+  numerics::simulate_q8(w8, 64);
+  numerics::simulate_q4(w4, 32);
+  auto d8 = dev(x), d4 = dev(x);
+  simulate_q8_rows(d8.get(), rows, dim, dim, 64, nullptr);
+  simulate_q4_rows(d4.get(), rows, dim, dim, 32, nullptr);
+  EXPECT_EQ(d8.download(), w8);
+  EXPECT_EQ(d4.download(), w4);
+}
+
+TEST_P(RowTest, HadamardAndRopeMatchNumerics) {
+  SKIP_WITHOUT_GPU();
+  const int dim = GetParam(), rows = 4;
+  auto x = random_bf16(rows * dim, 1.0f, 10);
+  auto want = x;
+  for (int r = 0; r < rows; ++r) numerics::hadamard_bf16(std::span(want).subspan(r * dim, dim));
+  auto dx = dev(x);
+  hadamard_rows(dx.get(), rows, dim, nullptr);
+  EXPECT_EQ(dx.download(), want);
+
+  numerics::RopeParams p{.rope_dim = 64, .base = 160000, .yarn = true, .factor = 16, .original_seq_len = 65536};
+  const int64_t max_pos = 5000;
+  numerics::RopeTable table(p, max_pos);
+  std::vector<float> tab(max_pos * 32 * 2);
+  for (int64_t pos = 0; pos < max_pos; ++pos)
+    for (int i = 0; i < 32; ++i) {
+      tab[(pos * 32 + i) * 2] = table.cos(pos, i);
+      tab[(pos * 32 + i) * 2 + 1] = table.sin(pos, i);
+    }
+  auto dt = dev(tab);
+  for (bool inverse : {false, true}) {
+    auto r = x;
+    for (int i = 0; i < rows; ++i) table.apply(std::span(r).subspan(i * dim, dim), 4000 + 7 * i, inverse);
+    auto dr = dev(x);
+    rope_rows(dr.get(), rows, dim, 1, 4000, 7, dt.get(), 32, inverse, nullptr);
+    EXPECT_EQ(dr.download(), r) << "inverse " << inverse;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, RowTest, ::testing::Values(128, 512, 1024));
+
+class AttentionTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+// HCA-style lists: window part (with −1 padding) then `comp` compressed entries.
+TEST_P(AttentionTest, SparseAttentionMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [start_pos, n] = GetParam();
+  const int H = 2, d = 512, win = 128, ratio = 4;
+  const int64_t total = start_pos + n, entries = total / ratio;
+  const auto q = random_bf16(n * H * d, 0.5f, 11);
+  const auto kv_new = random_bf16(n * d, 1.0f, 12);
+  const auto ring = random_bf16(win * d, 1.0f, 13);
+  const auto comp = random_bf16(std::max<int64_t>(entries, 1) * d, 1.0f, 14);
+  const std::vector<float> sink = {0.3f, -1.0f};
+  const int64_t window_len = cpu::window_part_length(start_pos, n, 0, win);
+  const float scale = 1.0f / std::sqrt(512.0f);
+  std::vector<float> want(n * H * d);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < H; ++h) {
+      const int64_t pos = start_pos + t;
+      std::vector<const float*> cand(window_len, nullptr);
+      const int64_t first = std::max<int64_t>(0, pos - win + 1);
+      for (int64_t src = first; src <= pos; ++src)
+        cand[src - first] = src >= start_pos ? &kv_new[(src - start_pos) * d] : &ring[(src % win) * d];
+      for (int64_t id = 0; id < (pos + 1) / ratio; ++id) cand.push_back(&comp[id * d]);
+      cpu::sparse_attention_head(std::span(q).subspan((t * H + h) * d, d), cand, sink[h], scale,
+                                 std::span(want).subspan((t * H + h) * d, d));
+    }
+  auto dq = dev(q), dkv = dev(kv_new), dring = dev(ring), dcomp = dev(comp), dsink = dev(sink);
+  DeviceBuffer<float> out(n * H * d);
+  SparseAttnArgs a;
+  a.q = dq.get();
+  a.kv_new = dkv.get();
+  a.ring = dring.get();
+  a.compressed = dcomp.get();
+  a.sink = dsink.get();
+  a.scale = scale;
+  a.H = H;
+  a.d = d;
+  a.win = win;
+  a.ratio = ratio;
+  a.n = n;
+  a.start_pos = start_pos;
+  a.window_len = window_len;
+  a.out = out.get();
+  sparse_attention(a, nullptr);
+  EXPECT_LE(max_rel(out.download(), want), 1.0 / 128);  // exp may differ in the last fp32 bit
+}
+
+INSTANTIATE_TEST_SUITE_P(Positions, AttentionTest,
+                         ::testing::Values(std::tuple{0, 1}, std::tuple{0, 70}, std::tuple{300, 1}, std::tuple{500, 9}));
+
+TEST(MhcTest, HcPreMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int hc = 4, D = 256, M = hc * (2 + hc), n = 3;
+  const auto streams = random_bf16(n * hc * D, 1.0f, 20);
+  cpu::HcWeights w;
+  w.fn = cpu::Fp32Linear{.out = M, .in = hc * D, .weight = random_bf16(M * hc * D, 0.01f, 21)};
+  w.base = random_bf16(M, 0.1f, 22);
+  w.scale = {1.0f, 0.9f, 1.1f};
+  const cpu::HcParams p;
+  std::vector<float> want_x(n * D), want_post(n * hc), want_comb(n * hc * hc);
+  for (int t = 0; t < n; ++t)
+    cpu::hc_pre(std::span(streams).subspan(t * hc * D, hc * D), w, p, std::span(want_x).subspan(t * D, D),
+                std::span(want_post).subspan(t * hc, hc), std::span(want_comb).subspan(t * hc * hc, hc * hc));
+  auto ds = dev(streams), dfn = dev(w.fn.weight), db = dev(w.base), dsc = dev(w.scale);
+  DeviceBuffer<float> mixes(n * M), x(n * D), post(n * hc), comb(n * hc * hc);
+  dense_linear(ds.get(), n, hc * D, dfn.get(), false, M, hc * D, 0, false, 0.0f, mixes.get(), nullptr);
+  hc_pre_finish(ds.get(), mixes.get(), n, D, dsc.get(), db.get(), HcDeviceParams{}, x.get(), post.get(), comb.get(), nullptr);
+  EXPECT_LE(max_rel(post.download(), want_post), 1e-5);
+  EXPECT_LE(max_rel(comb.download(), want_comb), 1e-4);
+  EXPECT_LE(max_rel(x.download(), want_x), 1.0 / 128);
+}
+
+}  // namespace
+}  // namespace dsv4::gpu

@@ -1,0 +1,159 @@
+// Manifold-constrained hyper-connections (spec §4.3) on the GPU.
+//
+// Design: the fn projection runs as a dense fp32 linear (linear.cu); these kernels do the
+// rest per token with one block: the stream RMS (double sum over hc·D values), the tiny
+// Sinkhorn split on one thread (n·(2+n) values, 20 iterations, the exact operation order of
+// numerics/sinkhorn.cpp), and the weighted stream sums with the CPU's fp32 summation order.
+// Shapes: streams [n, hc, D], mixes [n, M], post [n, hc], comb [n, hc, hc].
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+constexpr int kMaxHc = 8;
+
+__device__ void sinkhorn_split(const float* mixes, const float* scale, const float* base, int n,
+                               int iters, float eps, float* pre, float* post, float* comb) {
+  for (int i = 0; i < n; ++i) {
+    pre[i] = sigmoidf_ref(fmaf(mixes[i], scale[0], base[i])) + eps;
+    post[i] = 2.0f * sigmoidf_ref(fmaf(mixes[n + i], scale[1], base[n + i]));
+  }
+  for (int i = 0; i < n; ++i) {
+    float* row = comb + i * n;
+    for (int j = 0; j < n; ++j) row[j] = fmaf(mixes[2 * n + n * i + j], scale[2], base[2 * n + n * i + j]);
+    float m = row[0];
+    for (int j = 1; j < n; ++j) m = fmaxf(m, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      row[j] = dexpf(row[j] - m);
+      sum += row[j];
+    }
+    for (int j = 0; j < n; ++j) row[j] = row[j] / sum + eps;
+  }
+  auto cols = [&] {
+    for (int j = 0; j < n; ++j) {
+      float s = 0.0f;
+      for (int i = 0; i < n; ++i) s += comb[i * n + j];
+      for (int i = 0; i < n; ++i) comb[i * n + j] = comb[i * n + j] / (s + eps);
+    }
+  };
+  auto rows = [&] {
+    for (int i = 0; i < n; ++i) {
+      float s = 0.0f;
+      for (int j = 0; j < n; ++j) s += comb[i * n + j];
+      for (int j = 0; j < n; ++j) comb[i * n + j] = comb[i * n + j] / (s + eps);
+    }
+  };
+  cols();
+  for (int it = 0; it < iters - 1; ++it) {
+    rows();
+    cols();
+  }
+}
+
+// Stream RMS factor r = 1/sqrt(mean(X²) + eps) over hc·D values.
+__device__ float stream_rsqrt(const float* X, int64_t count, float eps, double* red) {
+  double ss = 0.0;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) ss += double(X[k]) * double(X[k]);
+  ss = block_sum(ss, red);
+  const float ms = float(ss / double(count));
+  return 1.0f / sqrtf(ms + eps);
+}
+
+__device__ void weighted_sum(const float* X, const float* pre, int hc, int64_t dim, float* x) {
+  for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+    float s = pre[0] * X[k];
+    for (int i = 1; i < hc; ++i) s += pre[i] * X[i * dim + k];
+    x[k] = round_bf16(s);
+  }
+}
+
+__global__ void hc_pre_kernel(const float* __restrict__ streams, const float* __restrict__ mixes_raw,
+                              int64_t dim, const float* scale, const float* base, HcDeviceParams p,
+                              float* x, float* post, float* comb) {
+  __shared__ double red[32];
+  __shared__ float pre_s[kMaxHc];
+  const int64_t t = blockIdx.x;
+  const int hc = p.hc, M = hc * (2 + hc);
+  const float* X = streams + t * hc * dim;
+  const float rs = stream_rsqrt(X, hc * dim, p.norm_eps, red);
+  if (threadIdx.x == 0) {
+    float mixes[kMaxHc * (2 + kMaxHc)];
+    for (int i = 0; i < M; ++i) mixes[i] = mixes_raw[t * M + i] * rs;
+    float pr[kMaxHc], po[kMaxHc], cb[kMaxHc * kMaxHc];
+    sinkhorn_split(mixes, scale, base, hc, p.iters, p.hc_eps, pr, po, cb);
+    for (int i = 0; i < hc; ++i) {
+      pre_s[i] = pr[i];
+      post[t * hc + i] = po[i];
+    }
+    for (int i = 0; i < hc * hc; ++i) comb[t * hc * hc + i] = cb[i];
+  }
+  __syncthreads();
+  weighted_sum(X, pre_s, hc, dim, x + t * dim);
+}
+
+__global__ void hc_head_kernel(const float* __restrict__ streams, const float* __restrict__ mixes_raw,
+                               int64_t dim, const float* scale, const float* base, HcDeviceParams p,
+                               float* y) {
+  __shared__ double red[32];
+  __shared__ float pre_s[kMaxHc];
+  const int64_t t = blockIdx.x;
+  const int hc = p.hc;
+  const float* X = streams + t * hc * dim;
+  const float rs = stream_rsqrt(X, hc * dim, p.norm_eps, red);
+  if (threadIdx.x < hc) {
+    const float m = mixes_raw[t * hc + threadIdx.x] * rs;
+    pre_s[threadIdx.x] = sigmoidf_ref(m * scale[0] + base[threadIdx.x]) + p.hc_eps;
+  }
+  __syncthreads();
+  weighted_sum(X, pre_s, hc, dim, y + t * dim);
+}
+
+__global__ void hc_post_kernel(const float* __restrict__ f, const float* __restrict__ post,
+                               const float* __restrict__ comb, int64_t n, int64_t dim, int hc,
+                               float* streams) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n * dim) return;
+  const int64_t t = idx / dim, k = idx % dim;
+  float* X = streams + t * hc * dim;
+  const float* cb = comb + t * hc * hc;
+  float in[kMaxHc], outv[kMaxHc];
+  for (int i = 0; i < hc; ++i) in[i] = X[i * dim + k];
+  for (int j = 0; j < hc; ++j) {
+    float mix = cb[0 * hc + j] * in[0];
+    for (int i = 1; i < hc; ++i) mix += cb[i * hc + j] * in[i];
+    outv[j] = round_bf16(post[t * hc + j] * f[t * dim + k] + mix);
+  }
+  for (int j = 0; j < hc; ++j) X[j * dim + k] = outv[j];
+}
+
+}  // namespace
+
+void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
+                   const float* scale, const float* base, const HcDeviceParams& p, float* x,
+                   float* post, float* comb, cudaStream_t s) {
+  DSV4_CHECK(p.hc <= kMaxHc, "hc_mult ", p.hc, " > ", kMaxHc);
+  if (n == 0) return;
+  hc_pre_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x, post, comb);
+  CUDA_CHECK_LAUNCH();
+}
+
+void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
+             float* streams, cudaStream_t s) {
+  if (n == 0) return;
+  hc_post_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(f, post, comb, n, dim, hc, streams);
+  CUDA_CHECK_LAUNCH();
+}
+
+void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
+                    const float* scale, const float* base, const HcDeviceParams& p, float* y,
+                    cudaStream_t s) {
+  DSV4_CHECK(p.hc <= kMaxHc, "hc_mult ", p.hc, " > ", kMaxHc);
+  if (n == 0) return;
+  hc_head_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu

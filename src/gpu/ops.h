@@ -1,0 +1,138 @@
+// Host launchers of every dsv4 CUDA kernel (raw device pointers, sizes, stream last).
+// Activations are fp32 arrays holding bf16 values (as in the CPU reference); weights stay in
+// checkpoint formats: FP8 = e4m3 codes [out, in] + e8m0 bytes [ceil(out/128), ceil(in/128)];
+// FP4 = packed nibbles [out, in/2] + e8m0 bytes [out, in/32]; dense = bf16 or f32 [out, in].
+// Expert-indexed linears read weight `ids[r]` (contiguous [E, out, ...]) for output row r and
+// input row r / x_row_div. All launchers check launch errors; none synchronizes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dsv4::gpu {
+
+// ---- linear.cu ------------------------------------------------------------------------
+// Q8 activation quantization (block 128): x [rows, in] → codes [rows, in], scales [rows, in/128].
+void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, float* scales,
+                      cudaStream_t s);
+// Lin8: y [rows, out] = bf16(Σ_kb fp32(exact partial)·(s_x·s_w)).
+void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
+          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s);
+// Lin4: 32-wide blocks, acc += (partial·s_x)·s_w.
+void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
+          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s);
+// Dense linear in double, rounded to fp32 once (then to bf16 when round_bf16), then
+// optionally y = bf16(y·post_scale) (post_scale != 0). w_bf16 selects the weight dtype.
+// Grouped: output row o reads x[(o / out_per_group)·in ...] inside a row of x_stride
+// (out_per_group = 0: no groups, x_stride = in).
+void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
+                  int64_t out, int64_t in, int64_t out_per_group, bool round_bf16,
+                  float post_scale, float* y, cudaStream_t s);
+// RMSNorm: y = bf16(w·(x·rsqrt(mean(x²)+eps))) per row of dim values.
+void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                   cudaStream_t s);
+
+// ---- pointwise.cu ---------------------------------------------------------------------
+// Per-row weightless bf16 RMS (attention q heads): rows of len values, in place.
+void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t s);
+// RoPE on the last 2·pairs values of each row (row stride `stride`): row i uses position
+// pos0 + (i / rows_per_pos)·pos_step. table: [max_pos, pairs, 2] {cos, sin}.
+void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int64_t pos0,
+               int64_t pos_step, const float* table, int pairs, bool inverse, cudaStream_t s);
+// In-place Q8 / Q4 simulation of the first len values of each row (block size `block`).
+void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s);
+void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s);
+// In-place normalized Walsh–Hadamard (len a power of two ≤ 1024) of contiguous rows.
+void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s);
+// streams [n, hc, D] = embed[ids[t]] replicated (embed: bf16 [vocab, D]).
+void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, int64_t dim,
+                float* streams, cudaStream_t s);
+// out [n, D] = bf16(a + b) elementwise, b indexed as b[(i / dim) / b_div·dim + i % dim].
+void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div, float* out,
+              cudaStream_t s);
+
+// ---- mhc.cu ---------------------------------------------------------------------------
+struct HcDeviceParams {
+  int hc = 4;
+  int iters = 20;
+  float hc_eps = 1e-6f;
+  float norm_eps = 1e-6f;
+};
+// From raw mixes (fn·streams) [n, M]: pre/post/comb via Sinkhorn, x = bf16(Σ pre_i·X_i).
+void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
+                   const float* scale, const float* base, const HcDeviceParams& p, float* x,
+                   float* post, float* comb, cudaStream_t s);
+// X'_j = bf16(post_j·f + Σ_i comb[i][j]·X_i) in place.
+void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
+             float* streams, cudaStream_t s);
+// HC head: y = bf16(Σ (sigmoid(mix_i·r·scale + base_i) + eps)·X_i).
+void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
+                    const float* scale, const float* base, const HcDeviceParams& p, float* y,
+                    cudaStream_t s);
+
+// ---- attention.cu ---------------------------------------------------------------------
+struct SparseAttnArgs {
+  const float* q = nullptr;           // [n, H, d]
+  const float* kv_new = nullptr;      // [n, d] this call's window KV
+  const float* ring = nullptr;        // [win, d]
+  const float* compressed = nullptr;  // [entries, d]
+  const int32_t* selected = nullptr;  // [n, sel_stride] CSA choices (null: HCA / none)
+  const int32_t* sel_count = nullptr; // [n]
+  int sel_stride = 0;
+  const float* sink = nullptr;        // [H]
+  float scale = 0;
+  int H = 0, d = 0, win = 0, ratio = 0;
+  int64_t n = 0, start_pos = 0, window_len = 0;
+  float* out = nullptr;               // [n, H, d]
+};
+void sparse_attention(const SparseAttnArgs& a, cudaStream_t s);
+// ring[(pos % win)] = kv[t] for the last min(n, win) tokens.
+void window_ring_update(const float* kv, int64_t n, int64_t start_pos, int win, int d, float* ring,
+                        cudaStream_t s);
+
+// ---- compressor.cu --------------------------------------------------------------------
+// Streaming state machine over n tokens (kv/score [n, width] projections); appends raw pooled
+// entries to entries[(first_entry + i)·h]. state_kv/state_score: [slots, width].
+void compressor_step(const float* kv, const float* score, const float* ape, int64_t n,
+                     int64_t start_pos, int ratio, int h, bool overlap, float* state_kv,
+                     float* state_score, float* entries, cudaStream_t s);
+// Post-processing of entries [first, first+count): bf16, RMSNorm(norm), RoPE at r·entry, then
+// Q8-simulate the no-rope dims (indexer = false) or Hadamard + Q4 (indexer = true).
+void compressor_finish(float* entries, int64_t first, int64_t count, int h, const float* norm,
+                       float eps, int ratio, const float* rope_table, int pairs, bool indexer,
+                       cudaStream_t s);
+// Fills a fresh state (kv 0, score −inf).
+void compressor_reset(float* kv, float* score, int64_t count, cudaStream_t s);
+
+// ---- indexer.cu -----------------------------------------------------------------------
+// scores [n, stride]: for token t (position start_pos+t) and w < (pos+1)/ratio.
+void index_scores(const float* q, const float* weights, const float* keys, int64_t n,
+                  int64_t start_pos, int ratio, int heads, int dh, float* scores, int64_t stride,
+                  cudaStream_t s);
+// Top-k ids by descending score, ties → lower id: sel [n, k], count [n].
+void index_topk(const float* scores, int64_t n, int64_t start_pos, int ratio, int64_t stride, int k,
+                int32_t* sel, int32_t* count, cudaStream_t s);
+
+// ---- moe.cu ---------------------------------------------------------------------------
+// Routing: logits [n, E] → ids [n, k] (ascending expert id) and weights [n, k].
+void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
+               int64_t n, int E, int k, float route_scale, int32_t* ids, float* weights,
+               int32_t* ids_selection_order, cudaStream_t s);
+// h [rows, inter] = bf16(weight[r]·silu(min(g, lim))·clamp(u, ±lim)); weight null = 1 (none).
+void swiglu(const float* g, const float* u, const float* weight, int64_t rows, int64_t inter,
+            float limit, float* h, cudaStream_t s);
+// f [n, D] = bf16(Σ_j routed[t·k + j] (in order) + shared[t]).
+void moe_combine(const float* routed, const float* shared, int64_t n, int k, int64_t dim, float* f,
+                 cudaStream_t s);
+
+// ---- dummy.cu -------------------------------------------------------------------------
+// Random weights in checkpoint formats (seeded hash, deterministic).
+void fill_random_e4m3(uint8_t* p, int64_t n, uint64_t seed, cudaStream_t s);
+void fill_random_fp4(uint8_t* p, int64_t n, uint64_t seed, cudaStream_t s);
+void fill_e8m0(uint8_t* p, int64_t n, uint8_t value, cudaStream_t s);
+void fill_random_bf16(uint16_t* p, int64_t n, float amp, float mean, uint64_t seed, cudaStream_t s);
+void fill_random_f32(float* p, int64_t n, float amp, float mean, uint64_t seed, cudaStream_t s);
+void fill_random_ids(int32_t* p, int64_t n, int modulo, uint64_t seed, cudaStream_t s);
+
+}  // namespace dsv4::gpu

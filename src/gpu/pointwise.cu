@@ -1,0 +1,147 @@
+// Row-wise pointwise kernels: bf16 head RMS, RoPE from a device cos/sin table, Q8/Q4
+// simulation, Walsh–Hadamard, embedding gather, bf16 add. Each reproduces the CPU function
+// named in ops.h bit for bit; sequential fp32 sums stay sequential (one thread per row).
+// Shapes are in ops.h; rows are independent, so every kernel is a plain grid over rows.
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+// cpu attention.cpp head_rms_bf16: every intermediate rounded to bf16, sum in row order.
+__global__ void head_rms_kernel(float* x, int64_t rows, int len, float eps) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float* q = x + r * len;
+  float sum = 0.0f;
+  for (int i = 0; i < len; ++i) sum += round_bf16(q[i] * q[i]);
+  const float mean = round_bf16(sum / float(len));
+  const float rs = round_bf16(1.0f / sqrtf(round_bf16(mean + eps)));
+  for (int i = 0; i < len; ++i) q[i] = round_bf16(q[i] * rs);
+}
+
+__global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos,
+                            int64_t pos0, int64_t pos_step, const float* __restrict__ table,
+                            int pairs, bool inverse) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * pairs) return;
+  const int64_t r = idx / pairs;
+  const int i = int(idx % pairs);
+  const int64_t pos = pos0 + (r / rows_per_pos) * pos_step;
+  float* v = x + r * stride + stride - 2 * pairs;
+  const float c = table[(pos * pairs + i) * 2];
+  const float sn = inverse ? -table[(pos * pairs + i) * 2 + 1] : table[(pos * pairs + i) * 2 + 1];
+  const float a = v[2 * i], b = v[2 * i + 1];
+  v[2 * i] = round_bf16(a * c - b * sn);
+  v[2 * i + 1] = round_bf16(a * sn + b * c);
+}
+
+// One thread per quantization block.
+__global__ void simulate_q_kernel(float* x, int64_t rows, int64_t stride, int len, int block, bool q4) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int nb = len / block;
+  if (idx >= rows * nb) return;
+  float* v = x + (idx / nb) * stride + (idx % nb) * block;
+  float amax = 0.0f;
+  for (int i = 0; i < block; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  if (q4) {
+    const float sc = q4_block_scale(amax);
+    for (int i = 0; i < block; ++i)
+      v[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[i] / sc, -6.0f), 6.0f))) * sc);
+  } else {
+    const float sc = q8_block_scale(amax);
+    for (int i = 0; i < block; ++i)
+      v[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(v[i] / sc, -448.0f), 448.0f))) * sc);
+  }
+}
+
+// Block per row, len threads: fast transform in double (exact for bf16 inputs).
+__global__ void hadamard_kernel(float* x, int len) {
+  extern __shared__ double buf[];
+  float* row = x + int64_t(blockIdx.x) * len;
+  const int t = threadIdx.x;
+  buf[t] = row[t];
+  __syncthreads();
+  for (int h = 1; h < len; h *= 2) {
+    double v = 0.0;
+    const double a = buf[t], b = buf[t ^ h];
+    v = (t & h) ? b - a : a + b;
+    __syncthreads();
+    buf[t] = v;
+    __syncthreads();
+  }
+  const float scale = float(1.0 / sqrt(double(len)));
+  row[t] = round_bf16(float(buf[t]) * scale);
+}
+
+__global__ void embed_kernel(const uint16_t* __restrict__ embed, const int32_t* __restrict__ ids,
+                             int64_t n, int hc, int64_t dim, float* __restrict__ streams) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n * hc * dim) return;
+  const int64_t t = idx / (hc * dim), k = idx % dim;
+  streams[idx] = bf16_bits_to_float(embed[int64_t(ids[t]) * dim + k]);
+}
+
+__global__ void add_bf16_kernel(const float* a, const float* b, int64_t total, int64_t dim, int b_div,
+                                float* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t row = i / dim, k = i % dim;
+  out[i] = round_bf16(a[i] + b[(row / b_div) * dim + k]);
+}
+
+unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((total + threads - 1) / threads); }
+
+}  // namespace
+
+void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t s) {
+  if (rows == 0) return;
+  head_rms_kernel<<<blocks_for(rows, 128), 128, 0, s>>>(x, rows, len, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int64_t pos0,
+               int64_t pos_step, const float* table, int pairs, bool inverse, cudaStream_t s) {
+  if (rows == 0) return;
+  rope_kernel<<<blocks_for(rows * pairs, 256), 256, 0, s>>>(x, rows, stride, rows_per_pos, pos0, pos_step,
+                                                            table, pairs, inverse);
+  CUDA_CHECK_LAUNCH();
+}
+
+void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s) {
+  DSV4_CHECK(len % block == 0, "Q8 simulate: ", len, " not a multiple of ", block);
+  if (rows == 0) return;
+  simulate_q_kernel<<<blocks_for(rows * (len / block), 128), 128, 0, s>>>(x, rows, stride, len, block, false);
+  CUDA_CHECK_LAUNCH();
+}
+
+void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s) {
+  DSV4_CHECK(len % block == 0, "Q4 simulate: ", len, " not a multiple of ", block);
+  if (rows == 0) return;
+  simulate_q_kernel<<<blocks_for(rows * (len / block), 128), 128, 0, s>>>(x, rows, stride, len, block, true);
+  CUDA_CHECK_LAUNCH();
+}
+
+void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s) {
+  DSV4_CHECK(len > 0 && len <= 1024 && (len & (len - 1)) == 0, "Hadamard length ", len);
+  if (rows == 0) return;
+  hadamard_kernel<<<static_cast<unsigned>(rows), len, len * sizeof(double), s>>>(x, len);
+  CUDA_CHECK_LAUNCH();
+}
+
+void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, int64_t dim,
+                float* streams, cudaStream_t s) {
+  if (n == 0) return;
+  embed_kernel<<<blocks_for(n * hc * dim, 256), 256, 0, s>>>(embed, ids, n, hc, dim, streams);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div, float* out,
+              cudaStream_t s) {
+  if (n == 0) return;
+  add_bf16_kernel<<<blocks_for(n * dim, 256), 256, 0, s>>>(a, b, n * dim, dim, b_div, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu
