@@ -6,37 +6,17 @@
 #include "base/parallel.h"
 #include "cpu/compressor.h"
 #include "cpu/linear.h"
+#include "model/rope_policy.h"
 #include "model/tensor_inventory.h"
 #include "numerics/formats.h"
 
 namespace dsv4::cpu {
-namespace {
-
-numerics::RopeParams rope_params(const model::ModelConfig& c, bool compressed) {
-  numerics::RopeParams p;
-  p.rope_dim = static_cast<int>(c.qk_rope_head_dim);
-  if (!compressed) {
-    p.base = c.rope_theta;
-    return p;
-  }
-  p.base = c.compress_rope_theta;
-  if (c.rope_scaling) {
-    p.yarn = true;
-    p.factor = c.rope_scaling->factor;
-    p.original_seq_len = c.rope_scaling->original_max_position_embeddings;
-    p.beta_fast = c.rope_scaling->beta_fast;
-    p.beta_slow = c.rope_scaling->beta_slow;
-  }
-  return p;
-}
-
-}  // namespace
 
 CpuModel::CpuModel(model::ModelConfig config, std::unique_ptr<ModelWeights> weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      rope_window_(rope_params(config_, false), config_.max_position_embeddings),
-      rope_compress_(rope_params(config_, true), config_.max_position_embeddings) {
+      rope_window_(model::rope_params(config_, false), config_.max_position_embeddings),
+      rope_compress_(model::rope_params(config_, true), config_.max_position_embeddings) {
   hc_params_ = HcParams{.hc = static_cast<int>(config_.hc_mult),
                         .sinkhorn_iters = static_cast<int>(config_.hc_sinkhorn_iters),
                         .hc_eps = static_cast<float>(config_.hc_eps),
