@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Runs every GPU test and the decode benchmark on the lent GPU machine, from a build-gpu
-# folder built here and carried (see src/gpu). Logs go to $OUT (or ./device_logs); a summary
-# table is printed last. Usage: scripts/device_check.sh [bench-layers]
+# Runs the GPU tests, the decode benchmark, a `dsv4 serve --device cuda` smoke test and a short
+# `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
+# default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
+# printed last.
+# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile] [bench-layers]
+# Env: BUILD, OUT, TOKENIZER (serve; default data/tokenizer/tokenizer.json, else the byte codec),
+#      PROFILE_LAYERS (4), PROFILE_BATCH (2), PROFILE_CONTEXT (256), PROFILE_STEPS (8).
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-device_logs}
+ONLY=kernels,golden,bench,serve,profile
+if [ "${1:-}" = "--only" ]; then ONLY=$2; shift 2; fi
 LAYERS=${1:-8}
+FLASH=tests/data/models/deepseek-v4-flash/config.json
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 declare -a NAMES RCS
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
 run() {  # run NAME CMD...
   local name=$1; shift
   local t0=$(date +%s)
@@ -17,9 +25,67 @@ run() {  # run NAME CMD...
   NAMES+=("$name ($(( $(date +%s) - t0 )) s)"); RCS+=("$rc")
   tail -n 40 "$OUT/$name.log"
 }
-run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
-[ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
-[ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
+
+# POST $1 (JSON body) to /v1/chat/completions on port $2; prints "HTTP_CODE CONTENT_LENGTH".
+chat() {
+  local body=$1 port=$2
+  if command -v curl > /dev/null; then
+    local code
+    code=$(curl -s -m 120 -o "$OUT/serve_response.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+      -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
+    echo "$code"
+  else
+    python3 - "$body" "$port" "$OUT/serve_response.json" <<'PY'
+import sys, urllib.request, urllib.error
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[2]}/v1/chat/completions", data=sys.argv[1].encode(),
+                             headers={"Content-Type": "application/json"})
+try:
+    r = urllib.request.urlopen(req, timeout=120); code, data = r.status, r.read()
+except urllib.error.HTTPError as e:
+    code, data = e.code, e.read()
+open(sys.argv[3], "wb").write(data); print(code)
+PY
+  fi
+}
+
+# `dsv4 serve --device cuda` on the embedded tiny model: one chat request -> 200 + non-empty text.
+serve_smoke() {
+  local port=${SERVE_PORT:-18231} tok=${TOKENIZER:-data/tokenizer/tokenizer.json}
+  [ -f "$tok" ] || tok=bytes
+  "$BUILD/dsv4" serve --device cuda --port "$port" --tokenizer "$tok" --decode-log-interval 4 \
+    > "$OUT/serve_server.log" 2>&1 &
+  local pid=$! up=0
+  for _ in $(seq 1 120); do
+    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" \
+        2> /dev/null; then up=1; break; fi
+    kill -0 $pid 2> /dev/null || break
+    sleep 1
+  done
+  local rc=1
+  if [ $up = 1 ]; then
+    local code
+    code=$(chat '{"model":"deepseek-v4","messages":[{"role":"user","content":"Hello! Who are you?"}],"max_tokens":16}' "$port")
+    local text
+    text=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['choices'][0]['message']['content'])" \
+      "$OUT/serve_response.json" 2> /dev/null)
+    echo "HTTP $code, completion: $(printf '%q' "$text")"
+    [ "$code" = 200 ] && [ -n "$text" ] && rc=0
+  else
+    echo "server did not become healthy"
+  fi
+  kill -TERM $pid 2> /dev/null; wait $pid
+  echo "server exit status: $?"
+  grep -E "Decode batch|Prefill batch|CUDA runner|Engine:|error" "$OUT/serve_server.log" | head -n 12
+  if ! grep -q "cuda graph: False" "$OUT/serve_server.log"; then echo "no 'cuda graph: False' batch line"; rc=1; fi
+  return $rc
+}
+
+want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
+want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
+want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
+want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
+want profile && run profile timeout ${PROFILE_TIMEOUT:-150} "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" \
+  --num-layers ${PROFILE_LAYERS:-4} --batch ${PROFILE_BATCH:-2} --context ${PROFILE_CONTEXT:-256} --steps ${PROFILE_STEPS:-8} --by-shape
 echo
 echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
@@ -27,3 +93,5 @@ printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
 grep -h -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT"/kernels.log "$OUT"/golden.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
+grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null
+grep -h -E "^HBM|^decode step|^roofline|^all kernels|^prefill [0-9]" "$OUT"/profile.log 2>/dev/null

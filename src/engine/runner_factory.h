@@ -1,6 +1,5 @@
-// make_runner: builds the ModelRunner for `dsv4 serve`. Implemented by the backend owner
-// (src/cpu for device "cpu", src/gpu for "cuda"). Until a backend provides it,
-// runner_factory_stub.cpp (compiled only when no implementation exists) throws.
+// make_runner: builds the ModelRunner for `dsv4 serve`: device "cpu" -> CpuRunner (src/cpu),
+// "cuda" -> GpuRunner (src/gpu; only in builds with the CUDA backend and a visible device).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +17,10 @@ struct RunnerOptions {
   int64_t max_running_requests = 64;
   double mem_fraction_static = 0.88;  // GPU only: fraction of device memory for weights+caches
   int num_threads = 0;              // CPU only: 0 = default
+  std::string load_format = "auto";  // "auto" (checkpoint) | "dummy" (random weights; cuda only)
+  std::string model_config;         // dummy: config.json path (default: <model_dir>/config.json)
+  int num_layers = 0;               // > 0: keep only the first N trunk layers (memory; dummy/dev)
+  uint64_t dummy_seed = 1234;
 };
 
 // Throws dsv4::Error when the model cannot be loaded or the device is not built in.

@@ -13,6 +13,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -126,6 +127,14 @@ __global__ void ring_kernel(const float* kv, int64_t n, int64_t start_pos, int w
 void sparse_attention(const SparseAttnArgs& a, cudaStream_t s) {
   DSV4_CHECK(a.d <= kThreads * kMaxDimPerThread, "head_dim ", a.d, " too large");
   if (a.n == 0) return;
+  // KV rows each query token reads once (window part + visible/selected compressed entries).
+  const int64_t last = a.start_pos + a.n;
+  int64_t comp = a.ratio > 0 ? last / a.ratio : 0;
+  if (a.selected != nullptr && comp > a.sel_stride) comp = a.sel_stride;
+  const double kv_rows = double(a.window_len < last ? a.window_len : last) + double(comp);
+  prof::Launch pl(a.ratio == 0 ? "sparse_attention (window)" : a.selected ? "sparse_attention (CSA)" : "sparse_attention (HCA)",
+                  double(a.n) * (kv_rows * a.d * 4 + 2.0 * a.H * a.d * 4), s,
+                  [&] { return "n=" + std::to_string(a.n) + " kv=" + std::to_string(int64_t(kv_rows)); });
   sparse_attention_kernel<<<static_cast<unsigned>(a.n * a.H), kThreads, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
@@ -134,6 +143,7 @@ void window_ring_update(const float* kv, int64_t n, int64_t start_pos, int win, 
                         cudaStream_t s) {
   const int64_t rows = n > win ? win : n;
   if (rows == 0) return;
+  prof::Launch pl("window_ring_update", double(rows) * d * 8, s);
   ring_kernel<<<static_cast<unsigned>((rows * d + 255) / 256), 256, 0, s>>>(kv, n, start_pos, win, d, ring);
   CUDA_CHECK_LAUNCH();
 }

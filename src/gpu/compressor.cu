@@ -11,6 +11,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -131,6 +132,9 @@ void compressor_step(const float* kv, const float* score, const float* ape, int6
                      int64_t start_pos, int ratio, int h, bool overlap, float* state_kv,
                      float* state_score, float* entries, cudaStream_t s) {
   if (n == 0) return;
+  const double width = double(overlap ? 2 : 1) * h, slots = double(overlap ? 2 : 1) * ratio;
+  prof::Launch pl("compressor_step", double(n) * width * 8 + slots * width * 16 + double(n / ratio + 1) * h * 4, s,
+                  [&] { return "n=" + std::to_string(n) + " ratio=" + std::to_string(ratio) + " h=" + std::to_string(h); });
   step_kernel<<<(h + 127) / 128, 128, 0, s>>>(kv, score, ape, n, start_pos, ratio, h, overlap, state_kv,
                                              state_score, entries);
   CUDA_CHECK_LAUNCH();
@@ -141,6 +145,7 @@ void compressor_finish(float* entries, int64_t first, int64_t count, int h, cons
                        cudaStream_t s) {
   DSV4_CHECK(h % 64 == 0 && h <= 1024 && (!indexer || (h & (h - 1)) == 0), "compressor head dim ", h);
   if (count == 0) return;
+  prof::Launch pl(indexer ? "compressor_finish (indexer)" : "compressor_finish", double(count) * h * 8, s);
   finish_kernel<<<static_cast<unsigned>(count), h, h * sizeof(double), s>>>(entries, first, h, norm, eps,
                                                                             ratio, rope_table, pairs, indexer);
   CUDA_CHECK_LAUNCH();
@@ -148,6 +153,7 @@ void compressor_finish(float* entries, int64_t first, int64_t count, int h, cons
 
 void compressor_reset(float* kv, float* score, int64_t count, cudaStream_t s) {
   if (count == 0) return;
+  prof::Launch pl("compressor_reset", double(count) * 8, s);
   reset_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, s>>>(kv, score, count);
   CUDA_CHECK_LAUNCH();
 }

@@ -10,6 +10,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -63,6 +64,8 @@ void index_scores(const float* q, const float* weights, const float* keys, int64
   if (n == 0 || max_visible == 0) return;
   DSV4_CHECK(n <= 65535, "too many indexer query rows: ", n);
   dim3 grid(static_cast<unsigned>((max_visible + kWarps - 1) / kWarps), static_cast<unsigned>(n));
+  prof::Launch pl("index_scores", double(n) * heads * (dh + 1) * 4 + double(max_visible) * dh * 4 + double(n) * max_visible * 4, s,
+                  [&] { return "n=" + std::to_string(n) + " keys=" + std::to_string(max_visible); });
   scores_kernel<<<grid, kWarps * 32, 0, s>>>(q, weights, keys, start_pos, ratio, heads, dh, scores, stride);
   CUDA_CHECK_LAUNCH();
 }
@@ -70,6 +73,9 @@ void index_scores(const float* q, const float* weights, const float* keys, int64
 void index_topk(const float* scores, int64_t n, int64_t start_pos, int ratio, int64_t stride, int k,
                 int32_t* sel, int32_t* count, cudaStream_t s) {
   if (n == 0) return;
+  const int64_t visible_k = (start_pos + n) / ratio;
+  prof::Launch pl("index_topk", double(n) * visible_k * 4 + double(n) * (k + 1) * 4, s,
+                  [&] { return "n=" + std::to_string(n) + " keys=" + std::to_string(visible_k); });
   topk_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(scores, start_pos, ratio, stride, k, sel, count);
   CUDA_CHECK_LAUNCH();
 }

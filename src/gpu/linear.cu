@@ -10,6 +10,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -148,6 +149,8 @@ void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, 
   DSV4_CHECK(in % 128 == 0, "Q8 activation width ", in, " is not a multiple of 128");
   const int64_t total = rows * (in / 128);
   if (total == 0) return;
+  prof::Launch pl("quantize_q8", double(rows) * in * 5 + double(total) * 4, s,
+                  [&] { return "rows=" + std::to_string(rows) + " in=" + std::to_string(in); });
   quantize_q8_kernel<<<(total + kWarps - 1) / kWarps, kWarps * 32, 0, s>>>(x, in / 128, in, total, codes, scales);
   CUDA_CHECK_LAUNCH();
 }
@@ -156,6 +159,11 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
           const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s) {
   DSV4_CHECK(in % 128 == 0, "Lin8 input width ", in, " is not a multiple of 128");
   if (rows == 0) return;
+  const double wrows8 = ids ? double(rows) : 1.0, xrows8 = double((rows + x_row_div - 1) / x_row_div);
+  prof::Launch pl(ids ? "lin8 (experts)" : "lin8",
+                  wrows8 * (double(out) * in + double((out + 127) / 128) * ((in + 127) / 128)) +
+                      xrows8 * in * (1 + 4.0 / 128) + double(rows) * out * 4,
+                  s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   lin8_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y);
   CUDA_CHECK_LAUNCH();
 }
@@ -164,6 +172,11 @@ void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
           const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s) {
   DSV4_CHECK(in % 128 == 0, "Lin4 input width ", in, " is not a multiple of 128");
   if (rows == 0) return;
+  const double wrows4 = ids ? double(rows) : 1.0, xrows4 = double((rows + x_row_div - 1) / x_row_div);
+  prof::Launch pl(ids ? "lin4 (experts)" : "lin4",
+                  wrows4 * (double(out) * in / 2 + double(out) * in / 32) + xrows4 * in * (1 + 4.0 / 128) +
+                      double(rows) * out * 4,
+                  s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   lin4_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y);
   CUDA_CHECK_LAUNCH();
 }
@@ -172,6 +185,9 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
                   int64_t out, int64_t in, int64_t out_per_group, bool round_bf16, float post_scale,
                   float* y, cudaStream_t s) {
   if (rows == 0) return;
+  prof::Launch pl(w_bf16 ? "dense_linear (bf16)" : "dense_linear (fp32)",
+                  double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * x_stride * 4 + double(rows) * out * 4, s,
+                  [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   dense_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(x, x_stride, w, w_bf16, out, in,
                                                            out_per_group, round_bf16, post_scale, y);
   CUDA_CHECK_LAUNCH();
@@ -180,6 +196,8 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
 void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                    cudaStream_t s) {
   if (rows == 0) return;
+  prof::Launch pl("rms_norm", double(rows) * dim * 8 + double(dim) * 4, s,
+                  [&] { return "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim); });
   rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, s>>>(x, w, dim, eps, y);
   CUDA_CHECK_LAUNCH();
 }

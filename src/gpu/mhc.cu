@@ -8,6 +8,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -136,6 +137,8 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
                    float* post, float* comb, cudaStream_t s) {
   DSV4_CHECK(p.hc <= kMaxHc, "hc_mult ", p.hc, " > ", kMaxHc);
   if (n == 0) return;
+  prof::Launch pl("hc_pre", double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(n) * p.hc * (3 + 2 * p.hc) * 4, s,
+                  [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   hc_pre_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x, post, comb);
   CUDA_CHECK_LAUNCH();
 }
@@ -143,6 +146,7 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
 void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
              float* streams, cudaStream_t s) {
   if (n == 0) return;
+  prof::Launch pl("hc_post", double(n) * dim * 4 + double(n) * hc * dim * 8, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   hc_post_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(f, post, comb, n, dim, hc, streams);
   CUDA_CHECK_LAUNCH();
 }
@@ -152,6 +156,7 @@ void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int
                     cudaStream_t s) {
   DSV4_CHECK(p.hc <= kMaxHc, "hc_mult ", p.hc, " > ", kMaxHc);
   if (n == 0) return;
+  prof::Launch pl("hc_head", double(n) * p.hc * dim * 4 + double(n) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   hc_head_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y);
   CUDA_CHECK_LAUNCH();
 }

@@ -9,6 +9,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -107,6 +108,7 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
                int32_t* ids_selection_order, cudaStream_t s) {
   DSV4_CHECK(E <= kMaxE && k <= kMaxK, "MoE with ", E, " experts, top-", k, " is not supported");
   if (n == 0) return;
+  prof::Launch pl("moe_route", double(n) * E * 4 + double(E) * 4 + double(n) * k * 12, s);
   route_kernel<<<static_cast<unsigned>((n + 63) / 64), 64, 0, s>>>(logits, bias, tid2eid, tokens, n, E, k,
                                                                    route_scale, ids, weights, ids_selection_order);
   CUDA_CHECK_LAUNCH();
@@ -115,6 +117,7 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
 void swiglu(const float* g, const float* u, const float* weight, int64_t rows, int64_t inter, float limit,
             float* h, cudaStream_t s) {
   if (rows == 0) return;
+  prof::Launch pl("swiglu", double(rows) * inter * 12, s);
   swiglu_kernel<<<static_cast<unsigned>((rows * inter + 255) / 256), 256, 0, s>>>(g, u, weight, rows * inter,
                                                                                  inter, limit, h);
   CUDA_CHECK_LAUNCH();
@@ -123,6 +126,7 @@ void swiglu(const float* g, const float* u, const float* weight, int64_t rows, i
 void moe_combine(const float* routed, const float* shared, int64_t n, int k, int64_t dim, float* f,
                  cudaStream_t s) {
   if (n == 0) return;
+  prof::Launch pl("moe_combine", double(n) * k * dim * 4 + double(n) * dim * 8, s);
   combine_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(routed, shared, n, k, dim, f);
   CUDA_CHECK_LAUNCH();
 }

@@ -5,6 +5,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -97,6 +98,7 @@ unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((
 
 void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t s) {
   if (rows == 0) return;
+  prof::Launch pl("head_rms", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   head_rms_kernel<<<blocks_for(rows, 128), 128, 0, s>>>(x, rows, len, eps);
   CUDA_CHECK_LAUNCH();
 }
@@ -104,6 +106,8 @@ void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t
 void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int64_t pos0,
                int64_t pos_step, const float* table, int pairs, bool inverse, cudaStream_t s) {
   if (rows == 0) return;
+  prof::Launch pl(inverse ? "rope (inverse)" : "rope", double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
+                  [&] { return std::string("rows=") + std::to_string(rows) + " " + "pairs=" + std::to_string(pairs); });
   rope_kernel<<<blocks_for(rows * pairs, 256), 256, 0, s>>>(x, rows, stride, rows_per_pos, pos0, pos_step,
                                                             table, pairs, inverse);
   CUDA_CHECK_LAUNCH();
@@ -112,6 +116,7 @@ void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int
 void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s) {
   DSV4_CHECK(len % block == 0, "Q8 simulate: ", len, " not a multiple of ", block);
   if (rows == 0) return;
+  prof::Launch pl("simulate_q8", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   simulate_q_kernel<<<blocks_for(rows * (len / block), 128), 128, 0, s>>>(x, rows, stride, len, block, false);
   CUDA_CHECK_LAUNCH();
 }
@@ -119,6 +124,7 @@ void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block
 void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s) {
   DSV4_CHECK(len % block == 0, "Q4 simulate: ", len, " not a multiple of ", block);
   if (rows == 0) return;
+  prof::Launch pl("simulate_q4", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   simulate_q_kernel<<<blocks_for(rows * (len / block), 128), 128, 0, s>>>(x, rows, stride, len, block, true);
   CUDA_CHECK_LAUNCH();
 }
@@ -126,6 +132,7 @@ void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block
 void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s) {
   DSV4_CHECK(len > 0 && len <= 1024 && (len & (len - 1)) == 0, "Hadamard length ", len);
   if (rows == 0) return;
+  prof::Launch pl("hadamard", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   hadamard_kernel<<<static_cast<unsigned>(rows), len, len * sizeof(double), s>>>(x, len);
   CUDA_CHECK_LAUNCH();
 }
@@ -133,6 +140,7 @@ void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s) {
 void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, int64_t dim,
                 float* streams, cudaStream_t s) {
   if (n == 0) return;
+  prof::Launch pl("embed", double(n) * dim * 2 + double(n) * hc * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   embed_kernel<<<blocks_for(n * hc * dim, 256), 256, 0, s>>>(embed, ids, n, hc, dim, streams);
   CUDA_CHECK_LAUNCH();
 }
@@ -140,6 +148,7 @@ void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, in
 void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div, float* out,
               cudaStream_t s) {
   if (n == 0) return;
+  prof::Launch pl("add_bf16", double(n) * dim * 8 + double(n / b_div) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   add_bf16_kernel<<<blocks_for(n * dim, 256), 256, 0, s>>>(a, b, n * dim, dim, b_div, out);
   CUDA_CHECK_LAUNCH();
 }

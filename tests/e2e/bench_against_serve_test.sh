@@ -28,16 +28,25 @@ trap cleanup EXIT
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-PORT=""
-for _ in $(seq 1 50); do
-  candidate=$((20000 + RANDOM % 40000))
-  if ! port_in_use "$candidate"; then PORT="$candidate"; break; fi
+# Ports below the ephemeral range (32768+), so other tests' client sockets cannot take them;
+# if another test still wins the race, serve exits with "already in use" and we try again.
+start_server() {
+  PORT=""
+  for _ in $(seq 1 50); do
+    candidate=$((20000 + RANDOM % 12000))
+    if ! port_in_use "$candidate"; then PORT="$candidate"; break; fi
+  done
+  [[ -n "$PORT" ]] || { echo "FAIL: no free port found"; exit 1; }
+  # shellcheck disable=SC2086
+  "$DSV4" serve --port "$PORT" ${DSV4_SERVE_ARGS:-} >"$WORK/serve.log" 2>&1 &
+  SERVER_PID=$!
+}
+start_server
+for _ in 1 2 3 4; do
+  sleep 0.5
+  if kill -0 "$SERVER_PID" 2>/dev/null || ! grep -q "already in use" "$WORK/serve.log"; then break; fi
+  start_server
 done
-[[ -n "$PORT" ]] || { echo "FAIL: no free port found"; exit 1; }
-
-# shellcheck disable=SC2086
-"$DSV4" serve --port "$PORT" ${DSV4_SERVE_ARGS:-} >"$WORK/serve.log" 2>&1 &
-SERVER_PID=$!
 
 ready=0
 for _ in $(seq 1 600); do  # up to 60 s

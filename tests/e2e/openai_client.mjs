@@ -18,7 +18,10 @@ const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 function freePort() {
   return new Promise((resolve) => {
     const s = createServer();
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+    // Below the ephemeral range (32768+) so concurrent tests' client sockets cannot take it.
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    s.once('error', () => resolve(freePort()));
+    s.listen(port, '127.0.0.1', () => { s.close(() => resolve(port)); });
   });
 }
 

@@ -12,23 +12,29 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <atomic>
 #include <vector>
 
 #include "tests/e2e/http_client.h"
 
 namespace dsv4::testing {
 
+// A free loopback port below the kernel's ephemeral range (32768+), so that the many client
+// sockets of concurrently running tests cannot take it between this check and the bind.
 inline uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  static std::atomic<uint32_t> salt{static_cast<uint32_t>(::getpid()) * 7919u};
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const auto port = static_cast<uint16_t>(20000 + (salt.fetch_add(104729) % 12000));
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  return 0;
 }
 
 class ServerProcess {

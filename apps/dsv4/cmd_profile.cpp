@@ -1,0 +1,184 @@
+// `dsv4 profile`: per-kernel profile of one prefill and N decode steps of the CUDA backend,
+// in-process, on dummy weights of a config (--load-format dummy --model-config FILE
+// [--num-layers N]) or a checkpoint (--model DIR).
+//
+// Method: the HBM bandwidth is measured first by a 1 GiB device-to-device copy (bytes read +
+// written); a warm-up runs; the decode steps are timed once without profiling (median wall
+// time per step, every forward returns after the device finished), then once more with the
+// kernel profiler on (CUDA events around every launch, gpu/profiler.h). Bytes per kernel
+// come from each launcher's own accounting. GpuModel has no batching yet: a step at --batch B
+// decodes the B sequences one after another (the output says so).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/dsv4/commands.h"
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+#include "gpu/gpu_model.h"
+#include "gpu/profiler.h"
+#include "model/model_config.h"
+
+namespace {
+
+using namespace dsv4;
+using Clock = std::chrono::steady_clock;
+
+struct ProfileArgs {
+  std::string model_dir, load_format = "auto", model_config;
+  int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12;
+  int64_t context = 512;
+  bool by_shape = false;
+  uint64_t seed = 1234;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void print_table(const char* title, const std::vector<gpu::prof::KernelStat>& rows, double hbm_gbs, int steps,
+                 size_t limit) {
+  double total_us = 0;
+  for (const auto& r : rows) total_us += r.us;
+  std::printf("\n%s\n", title);
+  std::printf("%-30s %-28s %7s %11s %9s %7s %12s %9s %7s\n", "kernel", "shape", "calls", "total us", "us/step", "share",
+              "bytes", "GB/s", "% HBM");
+  double bytes_sum = 0;
+  size_t shown = 0;
+  for (const auto& r : rows) {
+    bytes_sum += r.bytes;
+    if (shown++ >= limit) continue;
+    const double gbs = r.us > 0 ? r.bytes / (r.us * 1e-6) / 1e9 : 0;
+    std::printf("%-30s %-28s %7lld %11.1f %9.1f %6.1f%% %12.4g %9.1f %6.1f%%\n", r.kernel.c_str(),
+                r.shape.empty() ? "-" : r.shape.c_str(), static_cast<long long>(r.calls), r.us, r.us / steps,
+                total_us > 0 ? 100.0 * r.us / total_us : 0.0, r.bytes, gbs, 100.0 * gbs / hbm_gbs);
+  }
+  if (rows.size() > limit) std::printf("(%zu more rows)\n", rows.size() - limit);
+  const double gbs = total_us > 0 ? bytes_sum / (total_us * 1e-6) / 1e9 : 0;
+  std::printf("%-30s %-28s %7s %11.1f %9.1f %6.1f%% %12.4g %9.1f %6.1f%%\n", "all kernels", "-", "", total_us,
+              total_us / steps, 100.0, bytes_sum, gbs, 100.0 * gbs / hbm_gbs);
+}
+
+void profile(const ProfileArgs& a) {
+  DSV4_CHECK(gpu::has_cuda_device(), "no CUDA device: `dsv4 profile` needs a visible NVIDIA GPU");
+  DSV4_CHECK(a.batch >= 1 && a.steps >= 1 && a.context >= 1 && a.warmup >= 0, "bad --batch/--steps/--context");
+  const int64_t max_len = a.context + a.warmup + 2 * a.steps + 8;
+  gpu::GpuModelOptions go{.max_seq_len = max_len};
+  std::unique_ptr<gpu::GpuModel> m;
+  std::string source;
+  const auto t_load = Clock::now();
+  if (a.load_format == "dummy") {
+    std::string path = a.model_config.empty() && !a.model_dir.empty() ? a.model_dir + "/config.json" : a.model_config;
+    DSV4_CHECK(!path.empty(), "--load-format dummy needs --model-config FILE (or --model DIR with a config.json)");
+    const auto cfg = gpu::prof::with_num_layers(model::ModelConfig::from_file(path), a.num_layers);
+    m = gpu::GpuModel::dummy(cfg, a.seed, go);
+    source = "dummy weights of " + path;
+  } else {
+    DSV4_CHECK(a.load_format == "auto", "unknown --load-format '", a.load_format, "' (auto | dummy)");
+    DSV4_CHECK(!a.model_dir.empty(), "give --model DIR, or --load-format dummy --model-config FILE");
+    DSV4_CHECK(a.num_layers <= 0, "--num-layers needs --load-format dummy");
+    m = gpu::GpuModel::load(a.model_dir, go);
+    source = a.model_dir;
+  }
+  const double load_s = seconds_since(t_load);
+  const auto& cfg = m->config();
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("dsv4 profile | device %s | %s | %d layers (+%d MTP, not run) | weights %.2f GiB, loaded in %.1f s\n",
+              prop.name, source.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers,
+              m->weights().total_bytes / double(1 << 30), load_s);
+  const double hbm = gpu::prof::measure_copy_bandwidth_gbs();
+  std::printf("HBM bandwidth (1 GiB device-to-device copy, read + written): %.0f GB/s\n", hbm);
+  std::printf("batch %d, context %lld: GpuModel has no batching yet, so each step decodes the %d sequence(s) one "
+              "after another; timing: CUDA events around every launch (eager launches, no CUDA graphs)\n",
+              a.batch, static_cast<long long>(a.context), a.batch);
+
+  // Prefill every sequence (the first one profiled).
+  std::vector<gpu::GpuSequenceState> seqs;
+  std::vector<int32_t> prompt(static_cast<size_t>(a.context));
+  const int32_t V = static_cast<int32_t>(cfg.vocab_size);
+  double prefill_s = 0;
+  std::vector<gpu::prof::KernelStat> prefill_rows;
+  for (int b = 0; b < a.batch; ++b) {
+    for (int64_t i = 0; i < a.context; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + b * 104729 + 17) % V);
+    seqs.push_back(m->new_sequence());
+    if (b == 0) {
+      gpu::prof::reset();
+      gpu::prof::set_enabled(true);
+    }
+    const auto t0 = Clock::now();
+    m->forward(seqs.back(), prompt, false, a.context, false);
+    if (b == 0) {
+      prefill_s = seconds_since(t0);
+      gpu::prof::set_enabled(false);
+      prefill_rows = gpu::prof::collect(false);
+    }
+  }
+  auto step = [&](int s) {
+    for (int b = 0; b < a.batch; ++b) {
+      const int32_t tok = static_cast<int32_t>((s * 31 + b * 131 + 5) % V);
+      m->forward(seqs[b], std::span(&tok, 1), false, 0, false);
+    }
+  };
+  int s = 0;
+  for (int i = 0; i < a.warmup; ++i) step(s++);
+  std::vector<double> step_us;
+  for (int i = 0; i < a.steps; ++i) {
+    const auto t0 = Clock::now();
+    step(s++);
+    step_us.push_back(seconds_since(t0) * 1e6);
+  }
+  std::sort(step_us.begin(), step_us.end());
+  const double med = step_us[step_us.size() / 2];
+  gpu::prof::reset();
+  gpu::prof::set_enabled(true);
+  const auto tp = Clock::now();
+  for (int i = 0; i < a.steps; ++i) step(s++);
+  const double prof_step_us = seconds_since(tp) * 1e6 / a.steps;
+  gpu::prof::set_enabled(false);
+  const auto rows = gpu::prof::collect(false);
+
+  std::printf("prefill %lld tokens (sequence 0, profiled): %.3f s = %.0f tokens/s\n", static_cast<long long>(a.context),
+              prefill_s, a.context / prefill_s);
+  std::printf("decode step (batch %d, %d steps after %d warm-up, unprofiled): median %.0f us, min %.0f, max %.0f -> "
+              "%.1f tokens/s; profiled steps: %.0f us\n",
+              a.batch, a.steps, a.warmup, med, step_us.front(), step_us.back(), a.batch / (med * 1e-6), prof_step_us);
+  const auto need = gpu::prof::decode_must_read(*m, a.batch, a.context);
+  const double batched = need.total(a.batch);
+  const auto one = gpu::prof::decode_must_read(*m, 1, a.context);
+  const double sequential = a.batch * one.total(1);
+  std::printf("roofline (bytes that must be read per step / %.0f GB/s): batched %.4g B (dense %.4g + experts %.4g "
+              "[%.1f of %d per layer] + state %d x %.4g) -> %.1f us/step; as run here (%d sequential forwards) "
+              "%.4g B -> %.1f us/step; measured step = %.1fx the batched bound\n",
+              hbm, batched, need.dense_weights, need.expert_weights, need.expected_experts_per_layer,
+              cfg.n_routed_experts, a.batch, need.state_per_sequence, batched / (hbm * 1e3), a.batch, sequential,
+              sequential / (hbm * 1e3), med / (batched / (hbm * 1e3)));
+  print_table("decode: per kernel, totals over the profiled steps", rows, hbm, a.steps, 1000);
+  if (a.by_shape) {
+    print_table("decode: per kernel and shape", gpu::prof::collect(true), hbm, a.steps, static_cast<size_t>(a.top));
+  }
+  print_table("prefill (one sequence): per kernel", prefill_rows, hbm, 1, static_cast<size_t>(a.top));
+}
+
+const app::CommandRegistrar kRegister([](CLI::App& root) {
+  auto args = std::make_shared<ProfileArgs>();
+  auto* cmd = root.add_subcommand("profile", "Per-kernel profile of prefill + decode steps on the CUDA backend");
+  cmd->add_option("--model", args->model_dir, "Checkpoint directory (or a dir with config.json for dummy)");
+  cmd->add_option("--load-format", args->load_format, "auto | dummy (random weights on the device)")
+      ->capture_default_str();
+  cmd->add_option("--model-config", args->model_config, "config.json for --load-format dummy");
+  cmd->add_option("--num-layers", args->num_layers, "Keep only the first N layers (dummy; 0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--batch", args->batch, "Sequences per decode step")->capture_default_str();
+  cmd->add_option("--context", args->context, "Prefill length (decode context)")->capture_default_str();
+  cmd->add_option("--steps", args->steps, "Decode steps measured (twice: plain, then profiled)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Warm-up decode steps")->capture_default_str();
+  cmd->add_flag("--by-shape", args->by_shape, "Also print a table per (kernel, shape)");
+  cmd->add_option("--top", args->top, "Rows of the per-shape and prefill tables")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Dummy weight seed")->capture_default_str();
+  cmd->callback([args] { profile(*args); });
+});
+
+}  // namespace

@@ -1,0 +1,212 @@
+// Benchmark of the grouped FP4 MoE (moe_grouped.h) at DeepSeek-V4-Flash shapes (D 4096,
+// I 2048, 256 experts, top-6, FP8 shared expert), following performance.md §6: an HBM read
+// probe in the same run, random (non-zero) E2M1 bytes / E8M0 scales / e4m3 codes, 16 routing
+// sets and 4 shared-expert copies cycled so every iteration streams from HBM, CUDA-graph
+// timing of 20 layers per replay, median / min / max over 15 replays.
+// Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
+// Usage: moe_grouped_bench [replays]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/moe_grouped.h"
+
+using namespace dsv4::gpu;
+
+namespace {
+
+constexpr int D = 4096, I = 2048, E = 256, K = 6, R = 16, NSH = 4, NI = 20;
+constexpr size_t kExpertBytes = 3 * (size_t(I) * D / 2 + size_t(I) * D / 32);
+constexpr size_t kSharedBytes = 3 * size_t(I) * D + 3 * 16 * 32;
+
+__global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int mode) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    uint8_t b = uint8_t(h >> 8);
+    if (mode == 1) b = uint8_t(118 + (h >> 8) % 4);          // E8M0 scale
+    if (mode == 2 && (b & 0x7f) == 0x7f) b ^= 1;             // e4m3 code, no NaN
+    p[i] = b;
+  }
+}
+
+__global__ void read_kernel(const uint4* p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
+  fill_kernel<<<1024, 256>>>(p, n, seed, mode);
+  CUDA_CHECK_LAUNCH();
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int drv = 0, rt = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  std::printf("device %s, %d SMs, driver %d, runtime %d, build -arch=sm_90a -O3 --fmad=false\n", prop.name,
+              prop.multiProcessorCount, drv, rt);
+  // Weights: one allocation for all routed experts, NSH shared copies.
+  const size_t w13 = size_t(I) * D / 2, s13 = size_t(I) * D / 32;
+  DeviceBuffer<uint8_t> experts(kExpertBytes * E), shared(kSharedBytes * NSH + 4096);
+  std::vector<MoeExpertPtrs> ptrs(E);
+  for (int e = 0; e < E; ++e) {
+    uint8_t* b = experts.get() + kExpertBytes * e;
+    ptrs[e] = MoeExpertPtrs{b, b + w13, b + w13 + s13, b + 2 * w13 + s13, b + 2 * w13 + 2 * s13, b + 3 * w13 + 2 * s13};
+    fill(b, w13, 11 * e + 1, 0);
+    fill(b + w13, s13, 11 * e + 2, 1);
+    fill(b + w13 + s13, w13, 11 * e + 3, 0);
+    fill(b + 2 * w13 + s13, s13, 11 * e + 4, 1);
+    fill(b + 2 * w13 + 2 * s13, w13, 11 * e + 5, 0);
+    fill(b + 3 * w13 + 2 * s13, s13, 11 * e + 6, 1);
+  }
+  std::vector<MoeExpertPtrs> sh(NSH);
+  const size_t sw = size_t(I) * D;
+  for (int c = 0; c < NSH; ++c) {
+    uint8_t* b = shared.get() + kSharedBytes * c;
+    sh[c] = MoeExpertPtrs{b, b + 3 * sw, b + sw, b + 3 * sw + 1024, b + 2 * sw, b + 3 * sw + 2048};
+    fill(b, 3 * sw, 77 + c, 2);
+    fill(b + 3 * sw, 3 * 1024, 99 + c, 1);
+  }
+  DeviceBuffer<MoeExpertPtrs> dptrs;
+  dptrs.upload(ptrs);
+  DeviceBuffer<uint32_t> sink(1);
+  // HBM read probe over the 3.4 GB of expert weights.
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> rt_ms;
+  for (int i = 0; i < 12; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    read_kernel<<<prop.multiProcessorCount * 4, 1024>>>(reinterpret_cast<const uint4*>(experts.get()),
+                                                        experts.bytes() / 16, sink.get());
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 2) rt_ms.push_back(ms);
+  }
+  const double bw = experts.bytes() / (median(rt_ms) * 1e-3);
+  std::printf("HBM read probe: %.1f GB read, median %.3f ms, %.1f GB/s\n", experts.bytes() / 1e9, median(rt_ms),
+              bw / 1e9);
+  std::printf("time to read 6 experts at that rate: %.2f us\n\n", 6 * kExpertBytes / bw * 1e6);
+
+  const int Tmax = 256;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> xh(size_t(Tmax) * D);
+  for (float& v : xh) v = nd(rng);
+  DeviceBuffer<float> x, out(size_t(Tmax) * D);
+  x.upload(xh);
+  MoeGroupedWorkspace ws(MoeGroupedShape{.max_tokens = Tmax, .hidden = D, .inter = I, .experts = E, .top_k = K});
+  MoeGroupedWorkspace ws0(MoeGroupedShape{.max_tokens = Tmax, .hidden = D, .inter = I, .experts = E, .top_k = 0});
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+  std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",
+              "GB/s", "%HBM");
+  const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
+  for (int kind = 0; kind < 4; ++kind) {
+    for (int T : {1, 8, 16, 32, 64, 128, 256}) {
+      if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
+      // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
+      std::vector<int32_t> ids(size_t(R) * T * K);
+      std::vector<float> wts(ids.size());
+      double distinct = 0;
+      for (int r = 0; r < R; ++r) {
+        std::set<int> used;
+        const int hot0 = int(rng() % E);
+        for (int t = 0; t < T; ++t) {
+          std::set<int> mine;
+          while (int(mine.size()) < K) {
+            const int e = (kind == 1 && rng() % 10 < 7) ? (hot0 + int(rng() % 16)) % E : int(rng() % E);
+            mine.insert(e);
+          }
+          int j = 0;
+          for (int e : mine) {
+            ids[(size_t(r) * T + t) * K + j] = e;
+            wts[(size_t(r) * T + t) * K + j] = 0.25f;
+            ++j;
+            used.insert(e);
+          }
+        }
+        distinct += used.size();
+      }
+      distinct /= R;
+      DeviceBuffer<int32_t> dids;
+      DeviceBuffer<float> dw;
+      dids.upload(ids);
+      dw.upload(wts);
+      {  // eager warm-up (also sets the kernels' shared-memory attribute outside capture)
+        MoeGroupedArgs a;
+        a.tokens = T;
+        a.x = x.get();
+        a.ids = dids.get();
+        a.weights = dw.get();
+        a.experts = dptrs.get();
+        if (kind != 2) a.shared = sh[0];
+        a.out = out.get();
+        moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+      }
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < NI; ++i) {
+        MoeGroupedArgs a;
+        a.tokens = T;
+        a.x = x.get();
+        a.ids = dids.get() + size_t(i % R) * T * K;
+        a.weights = dw.get() + size_t(i % R) * T * K;
+        a.experts = dptrs.get();
+        if (kind != 2) a.shared = sh[i % NSH];
+        a.out = out.get();
+        moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
+      }
+      CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      std::vector<float> us;
+      for (int rep = 0; rep < replays + 2; ++rep) {
+        CUDA_CHECK(cudaEventRecord(e0, st));
+        CUDA_CHECK(cudaGraphLaunch(exec, st));
+        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (rep >= 2) us.push_back(ms * 1e3f / NI);
+      }
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+      const double ex = kind == 3 ? 0 : distinct;
+      const double bytes = ex * kExpertBytes + (kind != 2 ? kSharedBytes : 0) + 2.0 * T * D * 4;
+      const float med = median(us);
+      std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%%\n", kinds[kind], T, ex, bytes / 1e6, med,
+                  *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
+                  bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw);
+    }
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return 0;
+}

@@ -1,0 +1,220 @@
+// Grouped FP4 MoE (moe_grouped.h) against the CPU reference cpu::moe_forward on fresh random
+// inputs: hash routing (tid2eid rows we choose: uniform, skewed, repeated ids) so the CPU and
+// GPU see the same experts and weights; 1..256 tokens; experts with zero tokens; clamps.
+// Skips when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/moe.h"
+#include "gpu/cuda_check.h"
+#include "gpu/moe_grouped.h"
+#include "model/make_tiny.h"
+#include "numerics/formats.h"
+
+namespace dsv4::gpu {
+namespace {
+
+struct Case {
+  int tokens, hidden, inter, experts, top_k;
+  int routing;      // 0 uniform, 1 skewed (80% of slots on 3 experts), 2 repeated ids in a row
+  int scale_base;   // E8M0 exponent offset of the FP4 scales (larger → clamps trigger)
+  bool shared;
+};
+
+struct HostFp4 {
+  std::vector<uint8_t> w, s;
+};
+
+HostFp4 random_fp4(int out, int in, int base, std::mt19937_64& rng) {
+  HostFp4 m{std::vector<uint8_t>(size_t(out) * in / 2), std::vector<uint8_t>(size_t(out) * in / 32)};
+  for (auto& b : m.w) b = uint8_t(rng());
+  for (auto& b : m.s) b = uint8_t(127 + base - int(rng() % 4));
+  return m;
+}
+
+cpu::Fp4Linear decode_fp4(const HostFp4& m, int out, int in) {
+  cpu::Fp4Linear l{.out = out, .in = in};
+  l.weight.resize(size_t(out) * in);
+  for (size_t i = 0; i < m.w.size(); ++i) {
+    l.weight[2 * i] = numerics::e2m1_to_float(m.w[i] & 0xf);
+    l.weight[2 * i + 1] = numerics::e2m1_to_float(m.w[i] >> 4);
+  }
+  for (uint8_t b : m.s) l.scale.push_back(numerics::e8m0_to_float(b));
+  return l;
+}
+
+struct HostFp8 {
+  std::vector<uint8_t> w, s;
+  cpu::Fp8Linear lin;
+};
+
+HostFp8 random_fp8(int out, int in, float std, std::mt19937_64& rng) {
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> wf(size_t(out) * in);
+  for (float& v : wf) v = d(rng);
+  HostFp8 m;
+  m.w.resize(wf.size());
+  m.s.resize(size_t((out + 127) / 128) * ((in + 127) / 128));
+  model::quantize_fp8_blocks(wf.data(), out, in, m.w.data(), m.s.data());
+  m.lin = cpu::Fp8Linear{.out = out, .in = in};
+  for (uint8_t c : m.w) m.lin.weight.push_back(numerics::e4m3_to_float(c));
+  for (uint8_t c : m.s) m.lin.scale.push_back(numerics::e8m0_to_float(c));
+  return m;
+}
+
+template <class T>
+DeviceBuffer<T> dev(const std::vector<T>& v) {
+  DeviceBuffer<T> b;
+  b.upload(v);
+  return b;
+}
+
+int bf16_ulp_diff(float a, float b) {
+  uint32_t ua, ub;
+  std::memcpy(&ua, &a, 4);
+  std::memcpy(&ub, &b, 4);
+  auto key = [](uint32_t u) { return (u & 0x80000000u) ? -int32_t((u & 0x7fffffffu) >> 16) : int32_t(u >> 16); };
+  return std::abs(key(ua) - key(ub));
+}
+
+class MoeGroupedTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeGroupedTest, MatchesCpuMoe) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  const int T = c.tokens, D = c.hidden, I = c.inter, E = c.experts, K = c.top_k;
+  std::mt19937_64 rng(1000 + T * 7 + E + c.routing * 131 + c.scale_base);
+  // Weights: routed FP4 (host bytes + decoded CPU linears), shared FP8.
+  cpu::MoeWeights mw;
+  mw.gate = cpu::Fp32Linear{.out = E, .in = D};
+  {
+    std::normal_distribution<float> d(0.0f, 0.05f);
+    mw.gate.weight.resize(size_t(E) * D);
+    for (float& v : mw.gate.weight) v = d(rng);
+  }
+  std::vector<DeviceBuffer<uint8_t>> dbufs;
+  std::vector<MoeExpertPtrs> ptrs(E);
+  const int base_up = c.scale_base, base_down = c.scale_base - 1;
+  for (int e = 0; e < E; ++e) {
+    const HostFp4 w1 = random_fp4(I, D, base_up, rng), w3 = random_fp4(I, D, base_up, rng);
+    const HostFp4 w2 = random_fp4(D, I, base_down, rng);
+    cpu::ExpertWeights ew;
+    ew.w1_fp4 = decode_fp4(w1, I, D);
+    ew.w3_fp4 = decode_fp4(w3, I, D);
+    ew.w2_fp4 = decode_fp4(w2, D, I);
+    mw.experts.push_back(std::move(ew));
+    for (const HostFp4* m : {&w1, &w3, &w2}) {
+      dbufs.push_back(dev(m->w));
+      dbufs.push_back(dev(m->s));
+    }
+    const size_t b = dbufs.size() - 6;
+    ptrs[e] = MoeExpertPtrs{dbufs[b].get(), dbufs[b + 1].get(), dbufs[b + 2].get(),
+                            dbufs[b + 3].get(), dbufs[b + 4].get(), dbufs[b + 5].get()};
+  }
+  const float fp8_std = 1.0f / std::sqrt(float(D));
+  HostFp8 s1 = random_fp8(I, D, fp8_std, rng), s3 = random_fp8(I, D, fp8_std, rng);
+  HostFp8 s2 = random_fp8(D, I, 1.0f / std::sqrt(float(I)), rng);
+  if (c.shared) {
+    mw.shared.w1_fp8 = s1.lin;
+    mw.shared.w3_fp8 = s3.lin;
+    mw.shared.w2_fp8 = s2.lin;
+  } else {  // zero shared expert: FP8 codes 0 (adds +0.0f on the CPU)
+    for (HostFp8* m : {&s1, &s3, &s2}) std::fill(m->lin.weight.begin(), m->lin.weight.end(), 0.0f);
+    mw.shared.w1_fp8 = s1.lin;
+    mw.shared.w3_fp8 = s3.lin;
+    mw.shared.w2_fp8 = s2.lin;
+  }
+  // Routing rows (tid2eid), token ids = 0..T−1.
+  mw.tid2eid.resize(size_t(T) * K);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < K; ++j) {
+      int e;
+      if (c.routing == 1 && rng() % 10 < 8) e = int(rng() % 3) * 5 % E;
+      else if (c.routing == 2 && j > 0 && rng() % 3 == 0) e = mw.tid2eid[size_t(t) * K + j - 1];
+      else e = int(rng() % E);
+      mw.tid2eid[size_t(t) * K + j] = e;
+    }
+  cpu::MoeParams mp{.top_k = K, .route_scale = 1.5f, .swiglu_limit = 10.0f, .hash = true};
+  // Inputs and CPU reference.
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(T) * D), want(size_t(T) * D), wts(size_t(T) * K);
+  std::vector<int32_t> ids(size_t(T) * K);
+  for (float& v : x) v = numerics::round_bf16(nd(rng));
+  for (int t = 0; t < T; ++t) {
+    cpu::Routing r;
+    cpu::moe_forward(std::span(x).subspan(size_t(t) * D, D), t, mw, mp, std::span(want).subspan(size_t(t) * D, D), &r);
+    for (int j = 0; j < K; ++j) {
+      ids[size_t(t) * K + j] = r.experts[j];
+      wts[size_t(t) * K + j] = r.weights[j];
+    }
+  }
+  // How often the clamps fire (token 0, its first expert), for the record.
+  int clamped = 0;
+  {
+    std::vector<float> u(I), g(I);
+    mw.experts[ids[0]].w3_fp4->forward(std::span(x).subspan(0, D), u);
+    mw.experts[ids[0]].w1_fp4->forward(std::span(x).subspan(0, D), g);
+    for (int i = 0; i < I; ++i) clamped += (std::fabs(u[i]) > 10.0f) + (g[i] > 10.0f);
+  }
+  // GPU.
+  auto dx = dev(x);
+  auto dids = dev(ids);
+  auto dw = dev(wts);
+  DeviceBuffer<MoeExpertPtrs> dptrs;
+  dptrs.upload(ptrs);
+  auto d1 = dev(s1.w), d1s = dev(s1.s), d3 = dev(s3.w), d3s = dev(s3.s), d2 = dev(s2.w), d2s = dev(s2.s);
+  DeviceBuffer<float> out(size_t(T) * D);
+  MoeGroupedWorkspace ws(MoeGroupedShape{.max_tokens = 256, .hidden = D, .inter = I, .experts = E, .top_k = K});
+  MoeGroupedArgs a;
+  a.tokens = T;
+  a.x = dx.get();
+  a.ids = dids.get();
+  a.weights = dw.get();
+  a.experts = dptrs.get();
+  if (c.shared) a.shared = MoeExpertPtrs{d1.get(), d1s.get(), d3.get(), d3s.get(), d2.get(), d2s.get()};
+  a.out = out.get();
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the arrival counters must reset themselves
+    moe_grouped_forward(a, ws, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = out.download();
+    size_t exact = 0, bad = 0;
+    int max_ulp = 0;
+    for (int t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int i = 0; i < D; ++i) ss += double(want[size_t(t) * D + i]) * want[size_t(t) * D + i];
+      const double rms = std::sqrt(ss / D);
+      for (int i = 0; i < D; ++i) {
+        const float g = got[size_t(t) * D + i], w = want[size_t(t) * D + i];
+        const int u = bf16_ulp_diff(g, w);
+        exact += u == 0;
+        max_ulp = std::max(max_ulp, u);
+        // 1 bf16 ulp of the value, or of the row's rms when experts cancel.
+        const double tol = std::max(std::fabs(double(w)), rms) * std::ldexp(1.0, -7);
+        if (!(std::fabs(double(g) - w) <= tol)) ++bad;
+      }
+    }
+    std::printf("T=%d D=%d I=%d E=%d k=%d routing=%d: exact %zu/%zu (%.5f), max ulp %d, beyond tol %zu, "
+                "clamped (tok0) %d\n",
+                T, D, I, E, K, c.routing, exact, got.size(), double(exact) / got.size(), max_ulp, bad, clamped);
+    EXPECT_EQ(bad, 0u);
+    EXPECT_GE(double(exact) / got.size(), 0.99);
+  }
+  if (c.scale_base >= -3) EXPECT_GT(clamped, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeGroupedTest,
+    ::testing::Values(Case{1, 512, 256, 32, 6, 0, -6, true}, Case{3, 512, 256, 32, 6, 0, -6, true},
+                      Case{8, 512, 256, 32, 6, 1, -6, true}, Case{17, 512, 256, 64, 6, 0, -6, true},
+                      Case{64, 512, 256, 64, 6, 1, -6, true}, Case{256, 512, 256, 64, 6, 0, -6, true},
+                      Case{256, 512, 256, 32, 6, 1, -6, true}, Case{40, 512, 256, 32, 6, 2, -6, true},
+                      Case{16, 512, 256, 32, 6, 0, -2, true}, Case{9, 512, 256, 32, 6, 0, -6, false},
+                      Case{4, 4096, 2048, 8, 6, 0, -8, true}));
+
+}  // namespace
+}  // namespace dsv4::gpu

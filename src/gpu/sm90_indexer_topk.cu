@@ -1,0 +1,256 @@
+// Lightning indexer scores + top-512 selection for sm_90a (spec §4.6), see sm90_indexer_topk.h.
+//
+// Design. Kernel 1 (scores): grid (ceil(max_visible/256), rows), 256 threads; each warp owns 32
+// keys. The row's q (64 × 128 bf16) is staged in smem once per CTA; the warp cp.asyncs its
+// 32 keys (8 KB) into smem and computes the 32 keys × 64 heads dots with mma.sync m16n8k16
+// (A = keys, B = qᵀ, k = 128, fp32 accumulate; FP4-simulated operands make these sums exact
+// in practice). The per-head terms bf16(ω_h · relu(bf16(dot))) go to a per-warp fp32 tile
+// [32 keys][65] that reuses the warp's key buffer, and lane i sums key i's 64 terms in head
+// order (the CPU's fp32 order), rounds to bf16 and stores an order-preserving 16-bit key. The
+// CTA also adds a 256-bin histogram of the keys' high bytes into a per-row global histogram.
+// Kernel 2 (select): one CTA of 1024 threads per row. From the high-byte histogram it finds the
+// bin holding the 512th largest key, a second pass histograms the low bytes inside that bin,
+// giving the exact threshold key T and the number of ties at T to take. A third pass, in id
+// order (thread i owns the i-th contiguous id range), takes every key > T and the lowest-id
+// ties (block-wide exclusive scan of per-thread tie counts), then a bitonic sort orders the
+// 512 picks by (score desc, id asc) = cpu::select_topk.
+// Bytes: 256 B per key read once; scores 2 B written once and read three times (L2-resident;\n// each select thread scans a contiguous id range with 16-byte loads).
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/sm90_indexer_topk.h"
+#include "gpu/sm90_sparse_decode.cuh"
+
+namespace dsv4::gpu::sm90 {
+namespace {
+
+constexpr int kScoreThreads = 256;
+constexpr int kKeysPerWarp = 32;
+constexpr int kKeysPerCta = kScoreThreads / 32 * kKeysPerWarp;  // 256
+constexpr int kRowS = kIndexDim + 8;  // bf16 row stride (272 B: conflict-free ldmatrix)
+constexpr int kVS = kIndexHeads + 1;  // fp32 stride of the per-warp term tile
+constexpr int kSelectThreads = 1024;
+
+struct ScoreSmem {
+  __nv_bfloat16 q[kIndexHeads * kRowS];
+  __nv_bfloat16 k[kKeysPerCta * kRowS];  // per warp: 32 rows, later the [32][65] fp32 terms
+  float w[kIndexHeads];
+  uint32_t hist[256];
+};
+static_assert(kKeysPerWarp * kVS * 4 <= kKeysPerWarp * kRowS * 2, "term tile must fit");
+
+size_t keys_bytes(int rows, int max_visible) {
+  return (size_t(rows) * size_t(indexer_score_stride(max_visible)) * 2 + 255) / 256 * 256;
+}
+
+__global__ void __launch_bounds__(kScoreThreads)
+    score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
+                 uint32_t* __restrict__ hist_out) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
+  const int r = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int visible = a.visible[r];
+  const int w0 = blockIdx.x * kKeysPerCta;
+  if (w0 >= visible) return;
+  const __nv_bfloat16* q = a.q + int64_t(r) * kIndexHeads * kIndexDim;
+  for (int i = tid; i < kIndexHeads * kIndexDim / 8; i += kScoreThreads) {
+    const int h = i / (kIndexDim / 8), c = i % (kIndexDim / 8);
+    cp_async16(sm.q + h * kRowS + c * 8, q + h * kIndexDim + c * 8);  // committed with keys
+  }
+  if (tid < kIndexHeads) sm.w[tid] = a.weights[int64_t(r) * kIndexHeads + tid];
+  sm.hist[tid] = 0;
+  // The warp's 32 keys: 32 × 16 pieces of 16 B.
+  const int wk0 = w0 + warp * kKeysPerWarp;
+  const __nv_bfloat16* kbase = a.keys + (a.key_base[r] + wk0) * kIndexDim;
+  __nv_bfloat16* kw = sm.k + warp * kKeysPerWarp * kRowS;
+#pragma unroll
+  for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
+    const int key = i >> 4, c = i & 15;
+    if (wk0 + key < visible)
+      cp_async16(kw + key * kRowS + c * 8, kbase + key * kIndexDim + c * 8);
+    else
+      *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = make_uint4(0, 0, 0, 0);
+  }
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  float acc[2][8][4] = {};
+#pragma unroll
+  for (int k0 = 0; k0 < kIndexDim; k0 += 16) {
+    uint32_t af[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      ldmatrix_x4(af[mt], kw + (mt * 16 + (lane & 15)) * kRowS + k0 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4];
+      ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
+                          ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_bf16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
+        mma_bf16(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+      }
+    }
+  }
+  __syncwarp();  // every lane is done reading kw: reuse it as the term tile
+  float* terms = reinterpret_cast<float*>(kw);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = mt * 16 + (lane >> 2) + (i >> 1) * 8;
+        const int h = nt * 8 + (lane & 3) * 2 + (i & 1);
+        const float s = fmaxf(round_bf16(acc[mt][nt][i]), 0.0f);
+        terms[key * kVS + h] = round_bf16(s * sm.w[h]);
+      }
+  __syncwarp();
+  float total = 0.0f;
+  for (int h = 0; h < kIndexHeads; ++h) total += terms[lane * kVS + h];
+  const int w = wk0 + lane;
+  if (w < visible) {
+    const uint16_t key = score_key(uint16_t(__float_as_uint(round_bf16(total)) >> 16));
+    keys_out[int64_t(r) * indexer_score_stride(a.max_visible) + w] = key;
+    atomicAdd(&sm.hist[key >> 8], 1u);
+  }
+  __syncthreads();
+  if (sm.hist[tid] != 0) atomicAdd(&hist_out[r * 256 + tid], sm.hist[tid]);
+}
+
+__device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
+  return (uint64_t(key) << 32) | uint64_t(0xffffffffu - uint32_t(id));
+}
+
+__global__ void __launch_bounds__(kSelectThreads)
+    select_kernel(const __grid_constant__ IndexerArgs a, const uint16_t* __restrict__ keys_in,
+                  const uint32_t* __restrict__ hist_in) {
+  __shared__ uint64_t sel[kIndexTopk];
+  __shared__ uint32_t hist2[256];
+  __shared__ int warp_tot[kSelectThreads / 32];
+  __shared__ int s_nsel, s_thresh, s_need;
+  const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int visible = a.visible[r];
+  const uint16_t* keys = keys_in + int64_t(r) * indexer_score_stride(a.max_visible);
+  const int take = visible < kIndexTopk ? visible : kIndexTopk;
+  for (int i = tid; i < kIndexTopk; i += kSelectThreads) sel[i] = 0;
+  if (tid < 256) hist2[tid] = 0;
+  if (tid == 0) s_nsel = 0;
+  __syncthreads();
+  if (visible <= kIndexTopk) {
+    for (int w = tid; w < visible; w += kSelectThreads) sel[w] = composite(keys[w], w);
+  } else {
+    // Threshold bin of the high byte, then of the low byte inside it.
+    __shared__ int s_b1, s_above;
+    if (tid == 0) {
+      const uint32_t* h = hist_in + r * 256;
+      int above = 0, b = 255;
+      for (; b > 0 && above + int(h[b]) < kIndexTopk; --b) above += int(h[b]);
+      s_b1 = b;
+      s_above = above;
+    }
+    __syncthreads();
+    const int b1 = s_b1;
+    // Thread tid owns ids [c0, c1) (multiples of 8: 16-byte loads, id order across threads).
+    const int per = (visible + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
+    const int c0 = min(visible, tid * per), c1 = min(visible, c0 + per);
+    auto for_keys = [&](auto&& fn) {
+      int w = c0;
+#pragma unroll 4
+      for (; w + 8 <= c1; w += 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(keys + w);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) fn(w + i, int((u[i >> 1] >> (16 * (i & 1))) & 0xffffu));
+      }
+      for (; w < c1; ++w) fn(w, int(keys[w]));
+    };
+    for_keys([&](int, int k) {
+      if ((k >> 8) == b1) atomicAdd(&hist2[k & 255], 1u);
+    });
+    __syncthreads();
+    if (tid == 0) {
+      int above = s_above, b = 255;
+      for (; b > 0 && above + int(hist2[b]) < kIndexTopk; --b) above += int(hist2[b]);
+      s_thresh = (b1 << 8) | b;
+      s_need = kIndexTopk - above;  // ties at the threshold to take, lowest ids first
+    }
+    __syncthreads();
+    const int thresh = s_thresh, need = s_need;
+    int my_ties = 0;
+    for_keys([&](int w, int k) {
+      if (k > thresh) sel[atomicAdd(&s_nsel, 1)] = composite(uint16_t(k), w);
+      my_ties += k == thresh;
+    });
+    // Exclusive prefix of tie counts over threads (= id order).
+    int incl = my_ties;
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(~0u, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) warp_tot[warp] = incl;
+    __syncthreads();
+    int rank = incl - my_ties;
+    for (int i = 0; i < warp; ++i) rank += warp_tot[i];
+    if (rank < need && my_ties > 0)
+      for_keys([&](int w, int k) {
+        if (k == thresh && rank < need) {
+          sel[atomicAdd(&s_nsel, 1)] = composite(uint16_t(k), w);
+          ++rank;
+        }
+      });
+  }
+  __syncthreads();
+  // Bitonic sort of 512 composites, descending.
+  for (int size = 2; size <= kIndexTopk; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      if (tid < kIndexTopk / 2) {
+        const int i = 2 * tid - (tid & (stride - 1)), j = i + stride;
+        const bool desc = (i & size) == 0;
+        const uint64_t x = sel[i], y = sel[j];
+        if ((x < y) == desc) {
+          sel[i] = y;
+          sel[j] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = tid; i < kIndexTopk; i += kSelectThreads)
+    a.topk[int64_t(r) * kIndexTopk + i] =
+        i < take ? int32_t(0xffffffffu - uint32_t(sel[i] & 0xffffffffu)) : -1;
+  if (tid == 0) a.count[r] = take;
+}
+
+}  // namespace
+
+size_t indexer_workspace_bytes(int rows, int max_visible) {
+  return keys_bytes(rows, max_visible) + size_t(rows) * 256 * sizeof(uint32_t);
+}
+
+void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  DSV4_CHECK(a.rows <= 65535, "too many indexer rows: ", a.rows);
+  uint16_t* keys = static_cast<uint16_t*>(workspace);
+  uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
+                                               keys_bytes(a.rows, a.max_visible));
+  CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(a.rows) * 256 * sizeof(uint32_t), stream));
+  static bool attr_set = false;
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    sizeof(ScoreSmem)));
+    attr_set = true;
+  }
+  if (a.max_visible > 0) {
+    dim3 grid(unsigned((a.max_visible + kKeysPerCta - 1) / kKeysPerCta), unsigned(a.rows));
+    score_kernel<<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(a, keys, hist);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (a.scores_only) return;
+  select_kernel<<<unsigned(a.rows), kSelectThreads, 0, stream>>>(a, keys, hist);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu::sm90

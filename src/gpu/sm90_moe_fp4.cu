@@ -1,0 +1,109 @@
+// Host side of the grouped FP4 MoE (sm90_moe_fp4.cuh): workspace sizing, argument checks and
+// the four launches. Shapes: P = T·k routed positions + T shared positions; chunks of ≤ 8
+// positions per expert, at most P/8 + E + 1 + T/8 of them.
+#include "gpu/moe_grouped.h"
+#include "gpu/sm90_moe_fp4.cuh"
+
+namespace dsv4::gpu {
+namespace {
+
+size_t max_positions(const MoeGroupedShape& s) { return size_t(s.max_tokens) * (s.top_k + 1); }
+size_t max_chunks(const MoeGroupedShape& s) {
+  return max_positions(s) / moe4::kTok + size_t(s.experts) + 2;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    moe4::kSmemBytes));
+    CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    moe4::kSmemBytes));
+    return v;
+  }();
+  return n;
+}
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+}  // namespace
+
+void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
+  DSV4_CHECK(s.hidden % 256 == 0 && s.inter % 256 == 0, "grouped MoE: hidden ", s.hidden, " and inter ", s.inter,
+             " must be multiples of 256");
+  DSV4_CHECK(s.experts >= 1 && s.experts <= moe4::kMaxE, "grouped MoE: unsupported expert count ", s.experts);
+  DSV4_CHECK(s.top_k >= 0 && s.top_k <= moe4::kMaxTopK, "grouped MoE: unsupported top_k ", s.top_k);
+  DSV4_CHECK(s.max_tokens >= 1, "grouped MoE: max_tokens ", s.max_tokens);
+  shape_ = s;
+  const size_t T = s.max_tokens, P = max_positions(s), C = max_chunks(s);
+  xq_.resize(T * s.hidden);
+  xs_.resize(T * s.hidden / 128);
+  pos_token_.resize(P);
+  pos_weight_.resize(P);
+  slot_pos_.resize(std::max<size_t>(1, T * s.top_k));
+  chunks_.resize(C * sizeof(moe4::Chunk));
+  num_chunks_.resize(1);
+  h_.resize(P * s.inter);
+  hq_.resize(P * s.inter);
+  hs_.resize(P * s.inter / 128);
+  arrive_.resize(C * s.inter / 128);
+  arrive_.fill_bytes(0);
+  y_.resize(P * s.hidden);
+}
+
+size_t MoeGroupedWorkspace::bytes() const {
+  return xq_.bytes() + hq_.bytes() + chunks_.bytes() + xs_.bytes() + pos_weight_.bytes() + h_.bytes() + hs_.bytes() +
+         y_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
+}
+
+void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaStream_t stream) {
+  const MoeGroupedShape& s = ws.shape_;
+  DSV4_CHECK(a.tokens >= 0 && a.tokens <= s.max_tokens, "grouped MoE: ", a.tokens, " tokens, workspace holds ",
+             s.max_tokens);
+  if (a.tokens == 0) return;
+  DSV4_CHECK(a.x && a.out && (s.top_k == 0 || (a.ids && a.weights && a.experts)), "grouped MoE: null argument");
+  DSV4_CHECK(aligned(a.x, 16), "grouped MoE: x must be 16-byte aligned");
+  const MoeExpertPtrs& sh = a.shared;
+  if (sh.w1 != nullptr)
+    DSV4_CHECK(aligned(sh.w1, 16) && aligned(sh.w3, 16) && aligned(sh.w2, 16) && sh.s1 && sh.s2 && sh.s3,
+               "grouped MoE: shared expert pointers must be 16-byte aligned and non-null");
+  moe4::Params p{};
+  p.T = a.tokens;
+  p.k = s.top_k;
+  p.E = s.experts;
+  p.D = s.hidden;
+  p.I = s.inter;
+  p.has_shared = sh.w1 != nullptr;
+  p.limit = a.swiglu_limit;
+  p.x = a.x;
+  p.ids = a.ids;
+  p.weights = a.weights;
+  p.experts = reinterpret_cast<const moe4::ExpertPtrs*>(a.experts);
+  p.shared = moe4::ExpertPtrs{sh.w1, sh.s1, sh.w3, sh.s3, sh.w2, sh.s2};
+  p.xq = ws.xq_.get();
+  p.xs = ws.xs_.get();
+  p.pos_token = ws.pos_token_.get();
+  p.pos_weight = ws.pos_weight_.get();
+  p.slot_pos = ws.slot_pos_.get();
+  p.chunks = reinterpret_cast<moe4::Chunk*>(ws.chunks_.get());
+  p.num_chunks = ws.num_chunks_.get();
+  p.h = ws.h_.get();
+  p.hq = ws.hq_.get();
+  p.hs = ws.hs_.get();
+  p.arrive = ws.arrive_.get();
+  p.y = ws.y_.get();
+  p.out = a.out;
+  const int grid = sm_count();
+  moe4::moe_group_kernel<<<p.T + 1, 1024, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  moe4::moe_gemm_kernel<true><<<grid, moe4::kWarps * 32, moe4::kSmemBytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  moe4::moe_gemm_kernel<false><<<grid, moe4::kWarps * 32, moe4::kSmemBytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  moe4::moe_combine_kernel<<<p.T, 256, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,435 @@
+// Grouped W4A8 MoE on sm_90a tensor cores (spec §4.0 Lin4/Lin8, §4.8), device side.
+//
+// Design. Four launches per MoE layer, none needing a host sync:
+//  0. group: blocks 0..T−1 Q8-quantize x (per 128, power-of-two scales) into the "MMA layout"
+//     below; block T histograms the (token, k) slots per expert, scans offsets, scatters each
+//     slot to a position p (positions are grouped by expert; the shared expert is expert E with
+//     positions P..P+T−1, P = T·k) and cuts every expert's positions into chunks of ≤ 8 tokens.
+//  1. gate+up: a persistent grid; one warp item = (chunk, 16 I-rows): 16 w1 rows and 16 w3 rows
+//     (one m16n8k32 tile each) × 8 tokens, streamed through a 4-stage cp.async ring in the
+//     warp's own shared memory. Per 32-K block one FP8 MMA into a fresh accumulator, then
+//     acc += (partial·s_x)·s_w in fp32, K order — exactly cpu::Fp4Linear. The epilogue rounds
+//     g, u to bf16, clamps, SwiGLU, multiplies by the routing weight, rounds to bf16, and the
+//     last of the 8 warps that finish one 128-wide I block (atomic counter) Q8-quantizes it.
+//  2. down: same mainloop over w2, item = (chunk, 32 D-rows), output bf16(acc) per position.
+//  3. combine: per token, Σ over its experts in ascending id (fp32) + shared, one bf16 round.
+// The shared expert (FP8 weights, 128×128 scales) runs in phases 1/2 as extra chunks: 4 MMAs
+// chained per 128-K block, acc += partial·(s_x·s_w) — cpu::Fp8Linear's order.
+//
+// FP4→FP8: the nibble's 3 magnitude bits go straight into e4m3 bits [4:2] and the sign to bit 7,
+// which is the E2M1 value × 2⁻⁶ exactly; 2⁶ is folded into s_x (exact, powers of two).
+// MMA layout of Q8 activations (ours): per 256-K chunk, byte (kb/2)·64 + t·16 + (kb%2)·8 + pos
+// for element k = 32·kb + 8·t + w, pos = (w%2)·4 + w/2: lane (g, t) of an m16n8k32 B fragment
+// reads its 8 bytes (evens then odds of K 8t..8t+7) with one load, matching the A fragment made
+// from the 4 FP4 bytes 4t..4t+3 of the weight row's 16-byte block (low nibbles → a0/a1 "cols
+// 0..15", high nibbles → a2/a3). The sum inside one MMA is over the same 32 products either way.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/device_math.cuh"
+
+namespace dsv4::gpu::moe4 {
+
+constexpr int kWarps = 8;      // warps per CTA in phases 1 and 2
+constexpr int kStages = 4;     // cp.async ring depth per warp
+constexpr int kTok = 8;        // tokens per chunk (MMA n)
+constexpr int kMaxE = 1023;    // experts (the group block scans E+1 ≤ 1024 entries)
+constexpr int kMaxTopK = 16;
+// Per-warp stage: weights 32 rows × 128 B, activations 8 tokens × 256 B, FP4 weight scales
+// 32 rows × 8 B, activation scales 8 tokens × 8 B.
+constexpr int kStageW = 0, kStageA = 4096, kStageWs = 6144, kStageXs = 6400, kStageBytes = 6464;
+constexpr int kWarpSmem = kStages * kStageBytes;
+constexpr int kSmemBytes = kWarps * kWarpSmem;  // 206,848 B
+
+// One expert's matrices in the checkpoint layout. Routed (FP4): w1/w3 [I, D/2], w2 [D, I/2]
+// packed low-nibble-first, scales [out, in/32] E8M0. Shared (FP8): w [out, in] e4m3, scales
+// [ceil(out/128), ceil(in/128)] E8M0.
+struct ExpertPtrs {
+  const uint8_t *w1, *s1, *w3, *s3, *w2, *s2;
+};
+
+struct Chunk {
+  int expert;  // 0..E−1 routed, E = shared
+  int pos;     // first position
+  int n;       // 1..8 tokens
+};
+
+struct Params {
+  int T, k, E, D, I;
+  bool has_shared;
+  float limit;                // SwiGLU clamp (0 = none)
+  const float* x;             // [T, D] bf16 values
+  const int32_t* ids;         // [T, k]
+  const float* weights;       // [T, k]
+  const ExpertPtrs* experts;  // [E] (device)
+  ExpertPtrs shared;
+  // workspace (sized for T_max)
+  uint8_t* xq;                // [T, D] MMA layout
+  float* xs;                  // [T, D/128]
+  int* pos_token;             // [P+T]
+  float* pos_weight;          // [P+T]
+  int* slot_pos;              // [T·k]
+  Chunk* chunks;              // [max chunks]
+  int* num_chunks;            // [1]
+  float* h;                   // [P+T, I] SwiGLU output (bf16 values)
+  uint8_t* hq;                // [P+T, I] MMA layout
+  float* hs;                  // [P+T, I/128]
+  unsigned* arrive;           // [max chunks · I/128], zero between calls
+  float* y;                   // [P+T, D] expert outputs (bf16 values)
+  float* out;                 // [T, D]
+};
+
+__device__ __forceinline__ int mma_layout_offset(int k) {
+  const int kb = (k >> 5) & 7, w = k & 31;
+  return ((k >> 8) << 8) | ((kb >> 1) << 6) | ((w >> 3) << 4) | ((kb & 1) << 3) | ((w & 1) << 2) |
+         ((w & 7) >> 1);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// d = A(16×32 e4m3) · B(32×8 e4m3) + c, fp32.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                         const float (&c)[4]) {
+  asm(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+
+// 4 packed FP4 bytes (8 nibbles) → e4m3 codes of value·2⁻⁶: low nibbles, high nibbles.
+__device__ __forceinline__ uint32_t fp4_lo(uint32_t w) {
+  return ((w << 2) & 0x1c1c1c1cu) | ((w << 4) & 0x80808080u);
+}
+__device__ __forceinline__ uint32_t fp4_hi(uint32_t w) { return ((w >> 2) & 0x1c1c1c1cu) | (w & 0x80808080u); }
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+__device__ __forceinline__ float e8m0f(uint32_t b) { return __uint_as_float(b ? b << 23 : 0x00400000u); }
+
+// Q8 of 128 values (4 per lane) into codes (MMA layout) + scale; k0 = first K index.
+__device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8_t* codes_row, float* scale) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  amax = warp_max(amax);
+  const float sc = q8_block_scale(amax);
+  const float vals[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int k = k0 + lane * 4 + i;
+    codes_row[mma_layout_offset(k)] = float_to_e4m3(fminf(fmaxf(vals[i] / sc, -448.0f), 448.0f));
+  }
+  if (lane == 0) *scale = sc;
+}
+
+// Phase 0. Blocks 0..T−1: quantize row b of x. Block T: routing → positions and chunks.
+// blockDim = 1024.
+__global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__ Params p) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (blockIdx.x < unsigned(p.T)) {
+    const int t = blockIdx.x;
+    for (int qb = warp; qb < p.D / 128; qb += 32) {
+      const float4 v = *reinterpret_cast<const float4*>(p.x + size_t(t) * p.D + qb * 128 + lane * 4);
+      q8_block_store(v, lane, qb * 128, p.xq + size_t(t) * p.D, p.xs + size_t(t) * (p.D / 128) + qb);
+    }
+    return;
+  }
+  __shared__ int cnt[kMaxE + 1], fill[kMaxE + 1], off[kMaxE + 2], choff[kMaxE + 2];
+  __shared__ int wsum[2][32];
+  const int E = p.E, S = p.T * p.k, tid = threadIdx.x;
+  if (tid <= E) {
+    cnt[tid] = (tid == E && p.has_shared) ? p.T : 0;
+    fill[tid] = 0;
+  }
+  __syncthreads();
+  for (int s = tid; s < S; s += blockDim.x) atomicAdd(&cnt[min(max(p.ids[s], 0), E - 1)], 1);
+  __syncthreads();
+  // Block-wide exclusive scan of cnt and of the chunk counts (one entry per thread).
+  int c = tid <= E ? cnt[tid] : 0, nc = (c + kTok - 1) / kTok;
+  int ic = c, inc = nc;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) {
+      ic += a;
+      inc += b;
+    }
+  }
+  if (lane == 31) {
+    wsum[0][warp] = ic;
+    wsum[1][warp] = inc;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int a = wsum[0][lane], b = wsum[1][lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int x = __shfl_up_sync(0xffffffffu, a, o), y = __shfl_up_sync(0xffffffffu, b, o);
+      if (lane >= o) {
+        a += x;
+        b += y;
+      }
+    }
+    wsum[0][lane] = a;
+    wsum[1][lane] = b;
+  }
+  __syncthreads();
+  const int base0 = warp ? wsum[0][warp - 1] : 0, base1 = warp ? wsum[1][warp - 1] : 0;
+  if (tid <= E) {
+    off[tid] = base0 + ic - c;
+    choff[tid] = base1 + inc - nc;
+    if (tid == E) *p.num_chunks = base1 + inc;
+  }
+  __syncthreads();
+  for (int s = tid; s < S; s += blockDim.x) {
+    const int e = min(max(p.ids[s], 0), E - 1);
+    const int pos = off[e] + atomicAdd(&fill[e], 1);
+    p.pos_token[pos] = s / p.k;
+    p.pos_weight[pos] = p.weights[s];
+    p.slot_pos[s] = pos;
+  }
+  if (p.has_shared)
+    for (int t = tid; t < p.T; t += blockDim.x) {
+      p.pos_token[off[E] + t] = t;
+      p.pos_weight[off[E] + t] = 1.0f;
+    }
+  if (tid <= E)
+    for (int j = 0; j < nc; ++j) p.chunks[choff[tid] + j] = Chunk{tid, off[tid] + j * kTok, min(kTok, c - j * kTok)};
+}
+
+// One warp item of phase 1 (kUp) or phase 2: 32 weight rows × 8 tokens over the whole K.
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* sm,
+                                         int lane) {
+  const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
+  const int K = kUp ? p.D : p.I;
+  const int rb = kFp8 ? K : K / 2;                 // weight row bytes
+  const int nst = kFp8 ? K / 128 : K / 256;        // stages (128 weight bytes per row each)
+  const int row0 = kUp ? tile * 16 : tile * 32;    // first output row of the item
+  const uint8_t* wA = (kUp ? ex.w1 : ex.w2) + size_t(row0) * rb;
+  const uint8_t* wB = kUp ? ex.w3 + size_t(row0) * rb : wA + size_t(16) * rb;
+  const uint8_t *sA, *sB;                          // FP4: row scales; FP8: block-row scales
+  if constexpr (kFp8) {
+    const int rowblk = row0 / 128 * ((K + 127) / 128);
+    sA = (kUp ? ex.s1 : ex.s2) + rowblk;
+    sB = kUp ? ex.s3 + rowblk : sA;
+  } else {
+    sA = (kUp ? ex.s1 : ex.s2) + size_t(row0) * (K / 32);
+    sB = kUp ? ex.s3 + size_t(row0) * (K / 32) : sA + 16 * (K / 32);
+  }
+  // Activation rows this lane copies (token slots lane/16+2i (FP4) or lane/8+4i (FP8)).
+  auto act_row = [&](int i) { return kUp ? p.pos_token[ch.pos + min(i, ch.n - 1)] : ch.pos + min(i, ch.n - 1); };
+  const uint8_t* arow[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int tk = kFp8 ? (lane >> 3) + 4 * i : (lane >> 4) + 2 * i;
+    arow[i] = (kUp ? p.xq : p.hq) + size_t(act_row(min(tk, kTok - 1))) * K;
+  }
+  const float* srow = (kUp ? p.xs : p.hs) + size_t(act_row(lane & 7)) * (K / 128);
+
+  auto issue = [&](int s) {
+    if (s < nst) {
+      uint8_t* st = sm + (s % kStages) * kStageBytes;
+      const int j = lane & 7;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // weights: row r = lane/8 + 4i, 16-byte granule j
+        const int r = (lane >> 3) + 4 * i;
+        const uint8_t* src = (r < 16 ? wA + size_t(r) * rb : wB + size_t(r - 16) * rb) + s * 128 + j * 16;
+        cp16(st + kStageW + r * 128 + ((j ^ (r & 7)) << 4), src);
+      }
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int tk = (lane >> 3) + 4 * i, q = lane & 7;
+          cp16(st + kStageA + tk * 256 + ((q ^ ((tk & 1) << 2)) << 4), arow[i] + s * 128 + q * 16);
+        }
+        if (lane < kTok) cp4(st + kStageXs + lane * 8, srow + s);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int tk = (lane >> 4) + 2 * i, q = lane & 15;
+          cp16(st + kStageA + tk * 256 + ((q ^ ((tk & 1) << 2)) << 4), arow[i] + s * 256 + q * 16);
+        }
+        const int r = lane;
+        cp8(st + kStageWs + r * 8, (r < 16 ? sA + r * (K / 32) : sB + (r - 16) * (K / 32)) + s * 8);
+        if (lane < kTok) cp8(st + kStageXs + lane * 8, srow + 2 * s);
+      }
+    }
+    cp_commit();
+  };
+
+  const int g = lane >> 2, t = lane & 3;
+  float acc[2][4] = {};
+  const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  for (int s = 0; s < nst; ++s) {
+    issue(s + kStages - 1);
+    cp_wait<kStages - 1>();
+    __syncwarp();
+    const uint8_t* st = sm + (s % kStages) * kStageBytes;
+    const uint8_t* W = st + kStageW;
+    const uint8_t* A = st + kStageA + g * 256;
+    if constexpr (kFp8) {
+      const float xa = *reinterpret_cast<const float*>(st + kStageXs + (2 * t) * 8);
+      const float xb = *reinterpret_cast<const float*>(st + kStageXs + (2 * t + 1) * 8);
+      const float swA = e8m0f(__ldg(sA + s)), swB = e8m0f(__ldg(sB + s));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        uint4 bv;
+#pragma unroll
+        for (int kb = 0; kb < 4; ++kb) {
+          if ((kb & 1) == 0) bv = *reinterpret_cast<const uint4*>(A + (((((kb >> 1) << 2) + t) ^ ((g & 1) << 2)) << 4));
+          const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
+          const uint2 v0 = *reinterpret_cast<const uint2*>(W + (mt * 16 + g) * 128 + gofs);
+          const uint2 v1 = *reinterpret_cast<const uint2*>(W + (mt * 16 + g + 8) * 128 + gofs);
+          const uint32_t a[4] = {prmt(v0.x, v0.y, 0x6420), prmt(v1.x, v1.y, 0x6420), prmt(v0.x, v0.y, 0x7531),
+                                 prmt(v1.x, v1.y, 0x7531)};
+          mma_e4m3(d, a, (kb & 1) ? bv.z : bv.x, (kb & 1) ? bv.w : bv.y, d);
+        }
+        const float sw = mt ? swB : swA;
+        acc[mt][0] = fmaf(d[0], xa * sw, acc[mt][0]);
+        acc[mt][1] = fmaf(d[1], xb * sw, acc[mt][1]);
+        acc[mt][2] = fmaf(d[2], xa * sw, acc[mt][2]);
+        acc[mt][3] = fmaf(d[3], xb * sw, acc[mt][3]);
+      }
+    } else {
+      uint2 swr[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) swr[m] = *reinterpret_cast<const uint2*>(st + kStageWs + (g + 8 * m) * 8);
+      const float4 sx4 = *reinterpret_cast<const float4*>(st + kStageXs + (2 * t) * 8);
+      const float xa[2] = {sx4.x * 64.0f, sx4.y * 64.0f}, xb[2] = {sx4.z * 64.0f, sx4.w * 64.0f};
+      uint4 bv;
+#pragma unroll
+      for (int kb = 0; kb < 8; ++kb) {
+        if ((kb & 1) == 0) bv = *reinterpret_cast<const uint4*>(A + (((((kb >> 1) << 2) + t) ^ ((g & 1) << 2)) << 4));
+        const uint32_t b0 = (kb & 1) ? bv.z : bv.x, b1 = (kb & 1) ? bv.w : bv.y;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const int gofs = ((kb ^ g) << 4) + t * 4;
+          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
+          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
+          const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
+          float d[4];
+          mma_e4m3(d, a, b0, b1, zero);
+          // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
+          // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
+          const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
+          const uint32_t sel = 0x0444u | (uint32_t(kb & 3) << 12);
+          const float sg = __uint_as_float(prmt(kb < 4 ? s0.x : s0.y, 0u, sel) >> 1);
+          const float sg8 = __uint_as_float(prmt(kb < 4 ? s1.x : s1.y, 0u, sel) >> 1);
+          // (d·s_x)·s_w == d·(s_x·s_w) and the fma rounds once like the add: both scales are
+          // powers of two, so every product here is exact (normal range).
+          acc[mt][0] = fmaf(d[0], xa[kb >> 2] * sg, acc[mt][0]);
+          acc[mt][1] = fmaf(d[1], xb[kb >> 2] * sg, acc[mt][1]);
+          acc[mt][2] = fmaf(d[2], xa[kb >> 2] * sg8, acc[mt][2]);
+          acc[mt][3] = fmaf(d[3], xb[kb >> 2] * sg8, acc[mt][3]);
+        }
+      }
+    }
+    __syncwarp();
+  }
+  cp_wait<0>();
+  __syncwarp();
+
+  if constexpr (kUp) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int i = 2 * t + c;
+        float gv = round_bf16(acc[0][2 * r + c]), uv = round_bf16(acc[1][2 * r + c]);
+        if (p.limit > 0) {
+          uv = fminf(fmaxf(uv, -p.limit), p.limit);
+          gv = fminf(gv, p.limit);
+        }
+        float hv = (gv / (1.0f + dexpf(-gv))) * uv;
+        if (!kFp8) hv = p.pos_weight[ch.pos + min(i, ch.n - 1)] * hv;
+        if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = round_bf16(hv);
+      }
+    // The last of the 8 items covering this 128-wide I block quantizes it (Q8, per token).
+    const int qb = row0 / 128, nqb = p.I / 128;
+    __threadfence();
+    __syncwarp();
+    unsigned old = 0;
+    if (lane == 0) old = atomicAdd(&p.arrive[ci * nqb + qb], 1u);
+    old = __shfl_sync(0xffffffffu, old, 0);
+    if (old == 128 / 16 - 1) {
+      __threadfence();
+      for (int i = 0; i < ch.n; ++i) {
+        const size_t pos = ch.pos + i;
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h + pos * p.I + qb * 128 + lane * 4));
+        q8_block_store(v, lane, qb * 128, p.hq + pos * p.I, p.hs + pos * nqb + qb);
+      }
+      if (lane == 0) p.arrive[ci * nqb + qb] = 0;
+    }
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int i = 2 * t + c;
+          if (i < ch.n) p.y[size_t(ch.pos + i) * p.D + row0 + mt * 16 + g + 8 * r] = round_bf16(acc[mt][2 * r + c]);
+        }
+  }
+}
+
+// Phases 1 (kUp) and 2: persistent; global warp w takes items w, w + W, … (W = all warps);
+// consecutive items are consecutive row tiles of one chunk, spread over different CTAs.
+template <bool kUp>
+__global__ void __launch_bounds__(kWarps * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* sm = smem + warp * kWarpSmem;
+  const int tiles = kUp ? p.I / 16 : p.D / 32;
+  const int total = *p.num_chunks * tiles;
+  for (int item = warp * gridDim.x + blockIdx.x; item < total; item += gridDim.x * kWarps) {
+    const int ci = item / tiles, tile = item - ci * tiles;
+    const Chunk ch = p.chunks[ci];
+    if (ch.expert == p.E) moe_item<kUp, true>(p, ch, ci, tile, sm, lane);
+    else moe_item<kUp, false>(p, ch, ci, tile, sm, lane);
+  }
+}
+
+// Phase 3: out[t] = bf16(Σ_{ascending expert id} y[pos] + y[shared pos]); blockDim = 256.
+__global__ void __launch_bounds__(256) moe_combine_kernel(const __grid_constant__ Params p) {
+  const int t = blockIdx.x;
+  int order[kMaxTopK];
+  for (int j = 0; j < p.k; ++j) {  // stable insertion sort by expert id
+    int q = j;
+    while (q > 0 && p.ids[t * p.k + order[q - 1]] > p.ids[t * p.k + j]) {
+      order[q] = order[q - 1];
+      --q;
+    }
+    order[q] = j;
+  }
+  const int P = p.T * p.k;
+  for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < p.k; ++j) acc += p.y[size_t(p.slot_pos[t * p.k + order[j]]) * p.D + c];
+    const float sh = p.has_shared ? p.y[size_t(P + t) * p.D + c] : 0.0f;
+    p.out[size_t(t) * p.D + c] = round_bf16(acc + sh);
+  }
+}
+
+}  // namespace dsv4::gpu::moe4

@@ -1,0 +1,391 @@
+// Split-K tensor-core sparse decode attention for sm_90a (spec §4.4, §5.4) over the 584-byte
+// FP8 KV pool (§5.3), plus the cache-insert quantizer.
+//
+// Design. Grid = rows × splits; CTA (r, s) owns candidates [s·chunk, (s+1)·chunk) of row r's
+// list (main part then extra part) and all 64 heads, so every KV entry is gathered and
+// dequantized once for the 64 heads. 512 threads (16 warps), one CTA per SM (≈ 196 KB smem):
+//   Qs  [64 heads][520] bf16  the row's queries (loaded once per CTA)
+//   Ks  [64 cands][520] bf16  dequantized K = V tile
+//   raw [64 × 576 B data | 64 × 8 B scales]  cp.async staging of the next tile (prefetch
+//       overlaps the current tile's math)
+//   Ss  [64][68] fp32 scores, Ps [64][72] bf16 probabilities, m/l/alpha per head.
+// Per 64-candidate tile: dequant raw → Ks; S = Q·Kᵀ (warp w: heads 16·(w%4), cands 16·(w/4),
+// mma m16n8k16, k = 512); online softmax per head (8 threads per head: block max, α = e^(m−m'),
+// p = e^(s−m'), l = fma(l, α, Σp) with unrounded p, P rounded to bf16); O = α·O + P·V (warp w:
+// heads 16·(w%4), dims 128·(w/4); B fragments via ldmatrix.trans). Warps skip 16-candidate
+// slices beyond the tile's valid count, so short chunks cost little. Invalid (−1) candidates
+// get s = −inf, p = 0 and a zero K row. With one split the CTA writes bf16 output directly
+// (sink in the final denominator only); otherwise it writes fp32 (m, l, O) partials and a merge
+// kernel combines them: M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)).
+// Exactness: the reference groups candidates in 64-blocks from list start; splits of 16·k
+// candidates regroup the online softmax, and tensor-core fp32 accumulation reorders sums, so
+// outputs differ from cpu::sparse_attention_head at bf16-rounding level (tested tolerance in
+// sparse_decode_test.cu). The dequantized K values themselves are exact.
+#include <cfloat>
+
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/sm90_sparse_decode.cuh"
+#include "gpu/sparse_decode.h"
+
+namespace dsv4::gpu::sm90 {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kTile = 64;
+constexpr int kQS = kHeadDim + 8;  // bf16 row stride of Qs / Ks (1040 B: conflict-free ldmatrix)
+constexpr int kSS = kTile + 4;     // fp32 row stride of Ss
+constexpr int kPS = kTile + 8;     // bf16 row stride of Ps
+constexpr int kChunks = kEntryData / 16;  // 36 16-byte pieces per entry
+
+struct Smem {
+  __nv_bfloat16 q[kHeads * kQS];
+  __nv_bfloat16 k[kTile * kQS];
+  uint8_t raw[kTile * kEntryData];
+  uint8_t raw_scales[kTile * kEntryScales];
+  float s[kHeads * kSS];
+  __nv_bfloat16 p[kHeads * kPS];
+  float m[kHeads], l[kHeads], alpha[kHeads];
+  const uint8_t* src_data[kTile];  // nullptr = invalid candidate
+  const uint8_t* src_scale[kTile];
+  uint8_t valid[kTile];  // current tile (src_* already describe the prefetched one)
+};
+
+// Resolves list position j of row r to the entry's data/scale addresses (nullptr: invalid).
+__device__ __forceinline__ void resolve(const SparseDecodeArgs& a, int r, int j, int main_len,
+                                        int total, const uint8_t*& data, const uint8_t*& sc) {
+  data = nullptr;
+  sc = nullptr;
+  if (j >= total) return;
+  const KvPool* pool;
+  int32_t id;
+  if (j < main_len) {
+    pool = &a.main_pool;
+    id = a.main_idx[int64_t(r) * a.main_stride + j];
+  } else {
+    pool = &a.extra_pool;
+    id = a.extra_idx[int64_t(r) * a.extra_stride + (j - main_len)];
+  }
+  if (id < 0) return;
+  data = pool->base + kv_data_offset(*pool, id);
+  sc = pool->base + kv_scale_offset(*pool, id);
+}
+
+// Resolves tile candidates [j0, j0+64) (threads < 64), then issues their cp.async copies.
+__device__ void gather_tile(Smem& sm, const SparseDecodeArgs& a, int r, int j0, int count,
+                            int main_len, int total) {
+  const int t = threadIdx.x;
+  if (t < kTile) {
+    const uint8_t *d, *s;
+    resolve(a, r, t < count ? j0 + t : total, main_len, total, d, s);
+    sm.src_data[t] = d;
+    sm.src_scale[t] = s;
+  }
+  __syncthreads();
+  for (int i = t; i < count * kChunks; i += kThreads) {
+    const int c = i / kChunks, ch = i - c * kChunks;
+    const uint8_t* src = sm.src_data[c];
+    if (src != nullptr) cp_async16(sm.raw + c * kEntryData + ch * 16, src + ch * 16);
+  }
+  if (t < count && sm.src_scale[t] != nullptr)
+    cp_async8(sm.raw_scales + t * kEntryScales, sm.src_scale[t]);
+  cp_async_commit();
+}
+
+// raw → Ks for candidates [0, round_up(count, 16)); invalid or padding rows become zeros.
+__device__ void dequant_tile(Smem& sm, int count) {
+  const int padded = (count + 15) & ~15;
+  if (threadIdx.x < kTile)
+    sm.valid[threadIdx.x] = threadIdx.x < count && sm.src_data[threadIdx.x] != nullptr;
+  for (int i = threadIdx.x; i < padded * kChunks; i += kThreads) {
+    const int c = i / kChunks, ch = i - c * kChunks;
+    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+    const bool valid = c < count && sm.src_data[c] != nullptr;
+    __nv_bfloat16* dst = sm.k + c * kQS;
+    if (ch < 28) {  // 16 fp8 codes of tile ch/4
+      if (valid) {
+        const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
+        const float scale = e8m0_to_float(sm.raw_scales[c * kEntryScales + ch / 4]);
+        const uint2 a = dequant_e4m3x4(v.x, scale), b = dequant_e4m3x4(v.y, scale);
+        const uint2 e = dequant_e4m3x4(v.z, scale), f = dequant_e4m3x4(v.w, scale);
+        lo = make_uint4(a.x, a.y, b.x, b.y);
+        hi = make_uint4(e.x, e.y, f.x, f.y);
+      }
+      *reinterpret_cast<uint4*>(dst + ch * 16) = lo;
+      *reinterpret_cast<uint4*>(dst + ch * 16 + 8) = hi;
+    } else {  // 8 bf16 rope dims
+      if (valid) lo = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
+      *reinterpret_cast<uint4*>(dst + kNopeDim + (ch - 28) * 8) = lo;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_decode_kernel(const __grid_constant__ SparseDecodeArgs a, int chunk, int splits,
+                         float* __restrict__ ws) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int r = blockIdx.x / splits, split = blockIdx.x % splits;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int main_len = a.main_len[r];
+  const int total = main_len + (a.extra_idx != nullptr ? a.extra_len[r] : 0);
+  const int begin = split * chunk;
+  const int end = min(total, begin + chunk);
+
+  // Q → smem (64 × 512 bf16 = 4096 16-byte pieces).
+  const __nv_bfloat16* q = a.q + int64_t(r) * kHeads * kHeadDim;
+  for (int i = tid; i < kHeads * kHeadDim / 8; i += kThreads) {  // all in flight at once
+    const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+    cp_async16(sm.q + h * kQS + c * 8, q + h * kHeadDim + c * 8);
+  }
+  cp_async_commit();  // waited for with the first tile
+  if (tid < kHeads) {
+    sm.m[tid] = -INFINITY;
+    sm.l[tid] = 0.0f;
+  }
+  const int mt = warp & 3, grp = warp >> 2;
+  float o[16][4];
+#pragma unroll
+  for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  if (begin < end) gather_tile(sm, a, r, begin, min(kTile, end - begin), main_len, total);
+  for (int j0 = begin; j0 < end; j0 += kTile) {
+    const int count = min(kTile, end - j0);
+    cp_async_wait_all();
+    __syncthreads();
+    dequant_tile(sm, count);
+    __syncthreads();
+    if (j0 + kTile < end)  // prefetch the next tile (raw and src_* are free now)
+      gather_tile(sm, a, r, j0 + kTile, min(kTile, end - j0 - kTile), main_len, total);
+
+    // S = Q·Kᵀ: warp (mt, grp) → heads 16mt.., cands 16grp..; two k-halves for ILP.
+    if (grp * 16 < count) {
+      float acc[2][2][4] = {};
+      const __nv_bfloat16* qa = sm.q + (mt * 16 + (lane & 15)) * kQS + (lane >> 4) * 8;
+      const __nv_bfloat16* kb =
+          sm.k + (grp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kQS + ((lane >> 3) & 1) * 8;
+#pragma unroll 4
+      for (int k0 = 0; k0 < kHeadDim / 2; k0 += 16) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int kk = k0 + half * (kHeadDim / 2);
+          uint32_t af[4], bf[4];
+          ldmatrix_x4(af, qa + kk);
+          ldmatrix_x4(bf, kb + kk);
+          mma_bf16(acc[half][0], af, bf[0], bf[1]);
+          mma_bf16(acc[half][1], af, bf[2], bf[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int row = mt * 16 + (lane >> 2), col = grp * 16 + nt * 8 + (lane & 3) * 2;
+        sm.s[row * kSS + col] = (acc[0][nt][0] + acc[1][nt][0]) * a.scale;
+        sm.s[row * kSS + col + 1] = (acc[0][nt][1] + acc[1][nt][1]) * a.scale;
+        sm.s[(row + 8) * kSS + col] = (acc[0][nt][2] + acc[1][nt][2]) * a.scale;
+        sm.s[(row + 8) * kSS + col + 1] = (acc[0][nt][3] + acc[1][nt][3]) * a.scale;
+      }
+    }
+    __syncthreads();
+
+    // Online softmax: 8 threads per head, 8 candidates each.
+    {
+      const int h = tid >> 3, sub = tid & 7;
+      float sv[8], bmax = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = sub * 8 + i;
+        const bool valid = sm.valid[c] != 0;
+        sv[i] = valid ? sm.s[h * kSS + c] : -INFINITY;
+        bmax = fmaxf(bmax, sv[i]);
+      }
+      for (int off = 1; off < 8; off <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(~0u, bmax, off));
+      const float m_old = sm.m[h];
+      const float m_new = fmaxf(m_old, bmax);
+      const bool none = m_new == -INFINITY;
+      const float alpha = none ? 1.0f : __expf(m_old - m_new);
+      float psum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float p = (none || sv[i] == -INFINITY) ? 0.0f : __expf(sv[i] - m_new);
+        psum += p;
+        sm.p[h * kPS + sub * 8 + i] = __float2bfloat16_rn(p);
+      }
+      for (int off = 1; off < 8; off <<= 1) psum += __shfl_xor_sync(~0u, psum, off);
+      __syncwarp();
+      if (sub == 0) {
+        sm.l[h] = fmaf(sm.l[h], alpha, psum);
+        sm.m[h] = m_new;
+        sm.alpha[h] = alpha;
+      }
+    }
+    __syncthreads();
+
+    // O = α·O + P·V: warp (mt, grp) → heads 16mt.., dims 128grp..
+    {
+      const float a0 = sm.alpha[mt * 16 + (lane >> 2)], a1 = sm.alpha[mt * 16 + (lane >> 2) + 8];
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+      }
+      const __nv_bfloat16* pa = sm.p + (mt * 16 + (lane & 15)) * kPS + (lane >> 4) * 8;
+      const __nv_bfloat16* vb =
+          sm.k + ((lane & 7) + ((lane >> 3) & 1) * 8) * kQS + grp * 128 + (lane >> 4) * 8;
+      for (int c0 = 0; c0 < count; c0 += 16) {
+        uint32_t af[4];
+        ldmatrix_x4(af, pa + c0);
+#pragma unroll
+        for (int n2 = 0; n2 < 8; ++n2) {
+          uint32_t bf[4];
+          ldmatrix_x4_trans(bf, vb + c0 * kQS + n2 * 16);
+          mma_bf16(o[2 * n2], af, bf[0], bf[1]);
+          mma_bf16(o[2 * n2 + 1], af, bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // Epilogue: rows lane/4 and lane/4+8 of head tile mt, dims grp·128 + 8n + 2(lane%4).
+  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
+  if (splits == 1) {
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int h = i ? h1 : h0;
+      const float m = sm.m[h];
+      inv[i] = m == -INFINITY ? 0.0f : 1.0f / (sm.l[h] + __expf(a.sink[h] - m));
+    }
+    __nv_bfloat16* out = a.out + int64_t(r) * kHeads * kHeadDim;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const int d = grp * 128 + n * 8 + (lane & 3) * 2;
+      *reinterpret_cast<__nv_bfloat162*>(out + h0 * kHeadDim + d) =
+          __floats2bfloat162_rn(o[n][0] * inv[0], o[n][1] * inv[0]);
+      *reinterpret_cast<__nv_bfloat162*>(out + h1 * kHeadDim + d) =
+          __floats2bfloat162_rn(o[n][2] * inv[1], o[n][3] * inv[1]);
+    }
+  } else {
+    // ws: [rows·splits][64 heads] × (m, l) then [rows·splits][64][512] partial O.
+    const int64_t unit = int64_t(r) * splits + split;
+    float* ml = ws + unit * kHeads * 2;
+    float* po = ws + int64_t(a.rows) * splits * kHeads * 2 + unit * kHeads * kHeadDim;
+    if (tid < kHeads) {
+      ml[tid * 2] = sm.m[tid];
+      ml[tid * 2 + 1] = sm.l[tid];
+    }
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const int d = grp * 128 + n * 8 + (lane & 3) * 2;
+      *reinterpret_cast<float2*>(po + h0 * kHeadDim + d) = make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(po + h1 * kHeadDim + d) = make_float2(o[n][2], o[n][3]);
+    }
+  }
+}
+
+// Merge: one CTA of 128 threads per (row, head); thread i owns dims 4i..4i+3.
+__global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ SparseDecodeArgs a,
+                                                    int splits, const float* __restrict__ ws) {
+  const int r = blockIdx.x / kHeads, h = blockIdx.x % kHeads;
+  const float* ml = ws + int64_t(r) * splits * kHeads * 2;
+  const float* po = ws + int64_t(a.rows) * splits * kHeads * 2 +
+                    int64_t(r) * splits * kHeads * kHeadDim + h * kHeadDim;
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, ml[(s * kHeads + h) * 2]);
+  float4 acc = make_float4(0, 0, 0, 0);
+  float l = 0.0f;
+  if (big != -INFINITY) {
+    for (int s = 0; s < splits; ++s) {
+      const float m = ml[(s * kHeads + h) * 2];
+      if (m == -INFINITY) continue;
+      const float w = __expf(m - big);
+      l += w * ml[(s * kHeads + h) * 2 + 1];
+      const float4 v = *reinterpret_cast<const float4*>(po + int64_t(s) * kHeads * kHeadDim +
+                                                        threadIdx.x * 4);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+  }
+  const float inv = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(a.sink[h] - big));
+  __nv_bfloat16* out = a.out + (int64_t(r) * kHeads + h) * kHeadDim + threadIdx.x * 4;
+  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+}
+
+// Cache insert: one warp per entry. Lane i handles values 2i, 2i+1 of each 64-value tile.
+__global__ void insert_kernel(const float* __restrict__ kv, const int32_t* __restrict__ slots,
+                              int64_t n, KvPool pool) {
+  const int64_t e = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (e >= n || slots[e] < 0) return;
+  const float* x = kv + e * kHeadDim;
+  uint8_t* data = pool.base + kv_data_offset(pool, slots[e]);
+  uint8_t* sc = pool.base + kv_scale_offset(pool, slots[e]);
+  for (int t = 0; t < kNopeDim / 64; ++t) {
+    const float v0 = x[t * 64 + 2 * lane], v1 = x[t * 64 + 2 * lane + 1];
+    const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
+    const float s = q8_block_scale(amax);  // reference clamp: max(amax, 1e-4) / 448
+    const uint8_t c0 = float_to_e4m3(fminf(fmaxf(v0 / s, -448.0f), 448.0f));
+    const uint8_t c1 = float_to_e4m3(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
+    reinterpret_cast<uint16_t*>(data + t * 64)[lane] = uint16_t(c0 | (c1 << 8));
+    if (lane == 0) sc[t] = uint8_t(__float_as_uint(s) >> 23);
+  }
+  const float r0 = x[kNopeDim + 2 * lane], r1 = x[kNopeDim + 2 * lane + 1];
+  reinterpret_cast<uint32_t*>(data + kNopeDim)[lane] = pack_bf16x2(r0, r1);
+  if (lane == 0) sc[7] = 0;
+}
+
+}  // namespace
+
+SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int num_sms,
+                                    int min_chunk) {
+  DSV4_CHECK(rows > 0 && min_chunk > 0 && min_chunk % 16 == 0, "bad plan inputs: rows ", rows,
+             " min_chunk ", min_chunk);
+  SparseDecodePlan p;
+  p.rows = rows;
+  p.max_cands = max_main + max_extra;
+  const int64_t want = (int64_t(p.max_cands) * rows + num_sms - 1) / num_sms;
+  int chunk = int((want + 15) / 16 * 16);
+  if (chunk > 64) chunk = (chunk + 63) / 64 * 64;  // whole tiles once a CTA holds several
+  p.chunk = chunk < min_chunk ? min_chunk : chunk;
+  p.splits = p.max_cands == 0 ? 1 : (p.max_cands + p.chunk - 1) / p.chunk;
+  p.workspace_bytes =
+      p.splits == 1 ? 0 : size_t(rows) * p.splits * kHeads * (kHeadDim + 2) * sizeof(float);
+  return p;
+}
+
+void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace,
+                   cudaStream_t stream) {
+  if (a.rows == 0) return;
+  DSV4_CHECK(a.rows == p.rows, "plan built for ", p.rows, " rows, called with ", a.rows);
+  DSV4_CHECK(p.splits == 1 || workspace != nullptr, "split-K needs a workspace");
+  static bool attr_set = false;  // cudaFuncSetAttribute is per process and device
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)));
+    attr_set = true;
+  }
+  float* ws = static_cast<float*>(workspace);
+  sparse_decode_kernel<<<unsigned(a.rows) * p.splits, kThreads, sizeof(Smem), stream>>>(
+      a, p.chunk, p.splits, ws);
+  CUDA_CHECK_LAUNCH();
+  if (p.splits > 1) {
+    merge_kernel<<<unsigned(a.rows) * kHeads, 128, 0, stream>>>(a, p.splits, ws);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void kv_cache_insert(const float* kv, const int32_t* slots, int64_t n, const KvPool& pool,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  insert_kernel<<<unsigned((n + 7) / 8), 256, 0, stream>>>(kv, slots, n, pool);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu::sm90
