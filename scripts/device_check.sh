@@ -3,13 +3,19 @@
 # `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
-# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile] [bench-layers]
+# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile,moe,attn] [bench-layers]
+#   moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
+#         test + benchmark (issue 7).
+# A build packed as data/devpack/devbuild.tar.xz (see docs/architecture.md) is unpacked first.
 # Env: BUILD, OUT, TOKENIZER (serve; default data/tokenizer/tokenizer.json, else the byte codec),
 #      PROFILE_LAYERS (4), PROFILE_BATCH (2), PROFILE_CONTEXT (256), PROFILE_STEPS (8).
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-device_logs}
-ONLY=kernels,golden,bench,serve,profile
+ONLY=kernels,golden,bench,serve,profile,moe,attn
+if [ -f data/devpack/devbuild.tar.xz ] && [ ! -d data/devbuild ]; then
+  tar -C data -xJf data/devpack/devbuild.tar.xz
+fi
 if [ "${1:-}" = "--only" ]; then ONLY=$2; shift 2; fi
 LAYERS=${1:-8}
 FLASH=tests/data/models/deepseek-v4-flash/config.json
@@ -80,6 +86,10 @@ serve_smoke() {
   return $rc
 }
 
+want moe && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe_test timeout 60 "$BUILD/src/gpu/moe_grouped_test"
+want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15
+want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
+want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16

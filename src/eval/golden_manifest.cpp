@@ -1,5 +1,6 @@
 #include "eval/golden_manifest.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,12 @@ std::vector<int> int_list(const nlohmann::json& j) {
 }
 
 }  // namespace
+
+std::filesystem::path golden_root(const std::filesystem::path& compiled_default) {
+  if (const char* env = std::getenv("DSV4_GOLDEN_DIR"); env != nullptr && *env != '\0') return env;
+  if (std::filesystem::exists(compiled_default)) return compiled_default;
+  return std::filesystem::path("tests") / "data" / "golden";
+}
 
 GoldenManifest load_manifest(const std::filesystem::path& path) {
   std::ifstream in(path);

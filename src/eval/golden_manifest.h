@@ -32,6 +32,10 @@ struct GoldenManifest {
   std::vector<Gate> gates;
 };
 
+// Where the golden sets are: $DSV4_GOLDEN_DIR if set, else `compiled_default` when it exists,
+// else tests/data/golden below the current directory (binaries carried to another machine).
+std::filesystem::path golden_root(const std::filesystem::path& compiled_default);
+
 // Parses manifest.json; errors name the file and the field.
 GoldenManifest load_manifest(const std::filesystem::path& path);
 

@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 class GoldenSet : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenSet, CpuBackendPassesEveryGate) {
-  const fs::path dir = fs::path(DSV4_GOLDEN_DIR) / GetParam();
+  const fs::path dir = golden_root(DSV4_GOLDEN_DIR) / GetParam();
   ASSERT_TRUE(fs::exists(dir / "manifest.json")) << "golden set missing: " << dir;
   const auto manifest = load_manifest(dir / "manifest.json");
   std::shared_ptr<const cpu::CpuModel> model = cpu::CpuModel::load(dir);

@@ -24,7 +24,7 @@ class GpuGoldenSet : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuGoldenSet, GpuPassesEveryGateAndAgreesWithCpu) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  const fs::path dir = fs::path(DSV4_GOLDEN_DIR) / GetParam();
+  const fs::path dir = eval::golden_root(DSV4_GOLDEN_DIR) / GetParam();
   const auto manifest = eval::load_manifest(dir / "manifest.json");
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<GpuModel> model = GpuModel::load(dir);

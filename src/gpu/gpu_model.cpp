@@ -3,33 +3,20 @@
 #include "gpu/gpu_model.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 
 #include "base/check.h"
 #include "gpu/ops.h"
+#include "gpu/profiler.h"
+#include "model/rope_policy.h"
 #include "model/tensor_inventory.h"
 #include "numerics/rope.h"
 
 namespace dsv4::gpu {
 namespace {
 
-numerics::RopeParams rope_params(const model::ModelConfig& c, bool compressed) {
-  numerics::RopeParams p;
-  p.rope_dim = c.qk_rope_head_dim;
-  if (!compressed) {
-    p.base = c.rope_theta;
-    return p;
-  }
-  p.base = c.compress_rope_theta;
-  if (c.rope_scaling) {
-    p.yarn = true;
-    p.factor = c.rope_scaling->factor;
-    p.original_seq_len = c.rope_scaling->original_max_position_embeddings;
-    p.beta_fast = c.rope_scaling->beta_fast;
-    p.beta_slow = c.rope_scaling->beta_slow;
-  }
-  return p;
-}
 
 void upload_rope(const numerics::RopeParams& p, int64_t max_len, DeviceBuffer<float>& dst) {
   const numerics::RopeTable t(p, max_len, max_len);
@@ -72,8 +59,8 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
     : config_(std::move(config)), weights_(std::move(weights)), ws_(std::make_unique<Workspace>()) {
   max_len_ = opts.max_seq_len > 0 ? std::min<int64_t>(opts.max_seq_len, config_.max_position_embeddings)
                                   : std::min<int64_t>(config_.max_position_embeddings, 65536);
-  upload_rope(rope_params(config_, false), max_len_, rope_window_);
-  upload_rope(rope_params(config_, true), max_len_, rope_compress_);
+  upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
+  upload_rope(model::rope_params(config_, true), max_len_, rope_compress_);
 }
 
 GpuModel::~GpuModel() = default;
@@ -234,6 +221,10 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, nullptr);
   moe_route(logits, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr, ids, n, static_cast<int>(E), k,
             static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, nullptr);
+  if (grouped_moe_usable(w, n)) {
+    moe_grouped(w, n, x, eids, ewts, out);
+    return;
+  }
   uint8_t* qa = grow(s.qa, n * std::max(D, inter));
   float* sa = grow(s.sa, n * std::max(D, inter) / 128);
   uint8_t* qb = grow(s.qb, n * k * inter);
@@ -260,6 +251,60 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   quantize_q8_rows(sh, n, inter, qb, sb, nullptr);
   lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, nullptr);
   moe_combine(routed, so, n, k, D, out, nullptr);
+}
+
+bool GpuModel::grouped_moe_usable(const MoeW& w, int64_t n) const {
+  static const bool forced_reference = [] {
+    const char* v = std::getenv("DSV4_GPU_MOE");
+    return v != nullptr && std::string(v) == "reference";
+  }();
+  const model::ModelConfig& c = config_;
+  return !forced_reference && w.experts.fp4 && c.hidden_size % 256 == 0 &&
+         c.moe_intermediate_size % 256 == 0 && c.n_routed_experts <= 1023 &&
+         c.num_experts_per_tok <= 16 && n <= 256;
+}
+
+void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,
+                           const float* ewts, float* out) {
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, I = c.moe_intermediate_size, E = c.n_routed_experts;
+  if (!moe_ws_) {
+    moe_ws_ = std::make_unique<MoeGroupedWorkspace>(
+        MoeGroupedShape{.max_tokens = 256, .hidden = static_cast<int>(D), .inter = static_cast<int>(I),
+                        .experts = static_cast<int>(E), .top_k = static_cast<int>(c.num_experts_per_tok)});
+  }
+  // Per-expert pointers into the contiguous expert tensors, built once per layer.
+  auto it = std::find_if(moe_ptrs_.begin(), moe_ptrs_.end(), [&](const auto& p) { return p.first == &w; });
+  if (it == moe_ptrs_.end()) {
+    const ExpertsW& ex = w.experts;
+    std::vector<MoeExpertPtrs> host(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      host[e] = MoeExpertPtrs{.w1 = ex.w1.get() + e * I * (D / 2), .s1 = ex.s1.get() + e * I * (D / 32),
+                              .w3 = ex.w3.get() + e * I * (D / 2), .s3 = ex.s3.get() + e * I * (D / 32),
+                              .w2 = ex.w2.get() + e * D * (I / 2), .s2 = ex.s2.get() + e * D * (I / 32)};
+    }
+    DeviceBuffer<MoeExpertPtrs> dev;
+    dev.upload(host);
+    moe_ptrs_.emplace_back(&w, std::move(dev));
+    it = std::prev(moe_ptrs_.end());
+  }
+  MoeGroupedArgs args;
+  args.tokens = static_cast<int>(n);
+  args.x = x;
+  args.ids = eids;
+  args.weights = ewts;
+  args.experts = it->second.get();
+  args.shared = MoeExpertPtrs{.w1 = w.sw1.w.get(), .s1 = w.sw1.s.get(), .w3 = w.sw3.w.get(),
+                              .s3 = w.sw3.s.get(), .w2 = w.sw2.w.get(), .s2 = w.sw2.s.get()};
+  args.swiglu_limit = static_cast<float>(c.swiglu_limit);
+  args.out = out;
+  // Bytes: every touched expert's weights at most once (upper bound: n·k experts), the
+  // shared expert, activations in and out.
+  const double expert_bytes = static_cast<double>(3 * I * D / 2 + 3 * I * D / 32);
+  const double touched = static_cast<double>(std::min<int64_t>(E, n * c.num_experts_per_tok));
+  const double bytes = touched * expert_bytes + 3.0 * I * D + 8.0 * n * D;
+  prof::Launch launch("moe_grouped_fp4", bytes, nullptr);
+  moe_grouped_forward(args, *moe_ws_, nullptr);
 }
 
 void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,

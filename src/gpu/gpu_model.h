@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "gpu/cuda_check.h"
 #include "gpu/gpu_weights.h"
+#include "gpu/moe_grouped.h"
 #include "model/model_config.h"
 
 namespace dsv4::gpu {
@@ -87,6 +88,14 @@ class GpuModel {
   int64_t max_len_ = 0;
   DeviceBuffer<float> rope_window_, rope_compress_;  // [max_len, pairs, 2]
   std::unique_ptr<Workspace> ws_;
+  // Grouped tensor-core MoE (sm90_moe_fp4.cu) where its shape limits allow (FP4 experts,
+  // hidden and expert widths multiples of 256, ≤ 256 tokens per call); else the plain path.
+  // DSV4_GPU_MOE=reference forces the plain path.
+  bool grouped_moe_usable(const MoeW& w, int64_t n) const;
+  void moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,
+                   const float* ewts, float* out);
+  std::unique_ptr<MoeGroupedWorkspace> moe_ws_;
+  std::vector<std::pair<const MoeW*, DeviceBuffer<MoeExpertPtrs>>> moe_ptrs_;
 };
 
 }  // namespace dsv4::gpu
