@@ -42,30 +42,31 @@ void quantize_q8(std::span<const float> x, int block, std::span<uint8_t> codes,
   }
 }
 
-void simulate_q8(std::span<float> x, int block) {
-  DSV4_CHECK(block > 0 && x.size() % static_cast<size_t>(block) == 0, "Q8 simulate: length ",
+namespace {
+
+// x ← bf16(decode(encode(clamp(x/s, ±max)))·s) per block, s = scale_of(block amax).
+template <class ScaleOf, class RoundTrip>
+void simulate_blocks(std::span<float> x, int block, const char* what, float max,
+                     ScaleOf scale_of, RoundTrip round_trip) {
+  DSV4_CHECK(block > 0 && x.size() % static_cast<size_t>(block) == 0, what, ": length ",
              x.size(), " is not a multiple of the block ", block);
   for (size_t b = 0; b < x.size(); b += block) {
     auto blk = x.subspan(b, block);
-    const float s = q8_block_scale(block_amax(blk));
-    for (float& v : blk) {
-      const float q = e4m3_to_float(float_to_e4m3(std::clamp(v / s, -448.0f, 448.0f)));
-      v = round_bf16(q * s);
-    }
+    const float s = scale_of(block_amax(blk));
+    for (float& v : blk) v = round_bf16(round_trip(std::clamp(v / s, -max, max)) * s);
   }
 }
 
+}  // namespace
+
+void simulate_q8(std::span<float> x, int block) {
+  simulate_blocks(x, block, "Q8 simulate", 448.0f, q8_block_scale,
+                  [](float v) { return e4m3_to_float(float_to_e4m3(v)); });
+}
+
 void simulate_q4(std::span<float> x, int block) {
-  DSV4_CHECK(block > 0 && x.size() % static_cast<size_t>(block) == 0, "Q4 simulate: length ",
-             x.size(), " is not a multiple of the block ", block);
-  for (size_t b = 0; b < x.size(); b += block) {
-    auto blk = x.subspan(b, block);
-    const float s = q4_block_scale(block_amax(blk));
-    for (float& v : blk) {
-      const float q = e2m1_to_float(float_to_e2m1(std::clamp(v / s, -6.0f, 6.0f)));
-      v = round_bf16(q * s);
-    }
-  }
+  simulate_blocks(x, block, "Q4 simulate", 6.0f, q4_block_scale,
+                  [](float v) { return e2m1_to_float(float_to_e2m1(v)); });
 }
 
 }  // namespace dsv4::numerics
