@@ -6,7 +6,8 @@
 # Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile,moe,attn] [bench-layers]
 #   moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
-# A build packed as data/devpack/devbuild.tar.xz (see docs/architecture.md) is unpacked first.
+# A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
+# then use BUILD=data/devbuild TOKENIZER=data/devbuild/tokenizer/tokenizer.json.
 # Env: BUILD, OUT, TOKENIZER (serve; default data/tokenizer/tokenizer.json, else the byte codec),
 #      PROFILE_LAYERS (4), PROFILE_BATCH (2), PROFILE_CONTEXT (256), PROFILE_STEPS (8).
 set -u

