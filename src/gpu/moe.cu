@@ -1,8 +1,8 @@
 // MoE routing, clamped SwiGLU and the expert combine (spec §4.8) on the GPU.
 //
-// Design: routing runs one thread per token (E ≤ 1024 experts, k ≤ 16): sqrt(softplus) in
-// the CPU's fp32 steps, selection on biased scores by repeated first-argmax (= stable sort,
-// ties → lower id) or tid2eid rows on hash layers, weights = score / Σ (selection order)
+// Design: routing runs one block per token (E ≤ 1024 experts, k ≤ 16): sqrt(softplus) in
+// the CPU's fp32 steps, computed once per expert in parallel; selection on biased scores by
+// repeated warp-wide first-argmax (= stable sort, ties → lower id) or tid2eid rows on hash layers, weights = score / Σ (selection order)
 // × route_scale. The selected experts are then stored in ascending id so the combine adds
 // them in the reference's order. Expert matmuls are lin4/lin8 with per-row expert ids.
 // Shapes: logits [n, E]; ids/weights [n, k]; g/u/h [rows, inter]; routed [n·k, D].
@@ -17,42 +17,67 @@ namespace {
 constexpr int kMaxE = 1024;
 constexpr int kMaxK = 16;
 
+// One block per token: the E scores are computed once, in parallel, into shared memory; warp 0
+// then selects the top-k by k warp-wide argmax passes (ties → lower expert id, as the CPU's
+// stable sort) and lane 0 normalizes the weights and orders the experts by id.
 __global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias,
                              const int32_t* __restrict__ tid2eid, const int32_t* __restrict__ tokens,
                              int64_t n, int E, int k, float route_scale, int32_t* ids, float* weights,
                              int32_t* ids_sel) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n) return;
+  __shared__ float s_score[kMaxE];
+  __shared__ float s_biased[kMaxE];
+  __shared__ unsigned char s_taken[kMaxE];
+  __shared__ int s_chosen[kMaxK];
+  const int64_t t = blockIdx.x;
   const float* lg = logits + t * E;
-  auto score = [&](int e) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const float v = lg[e];
     const float sp = v > 20.0f ? v : float(log1p(double(dexpf(v))));
-    return sqrtf(sp);
-  };
-  int chosen[kMaxK];
+    const float sc = sqrtf(sp);
+    s_score[e] = sc;
+    s_biased[e] = bias != nullptr ? sc + bias[e] : sc;
+    s_taken[e] = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
   if (tid2eid != nullptr) {
-    for (int j = 0; j < k; ++j) chosen[j] = tid2eid[int64_t(tokens[t]) * k + j];
+    if (lane < k) s_chosen[lane] = tid2eid[int64_t(tokens[t]) * k + lane];
   } else {
-    uint32_t taken[kMaxE / 32] = {};
     for (int j = 0; j < k; ++j) {
-      int best = -1;
       float bv = 0.0f;
-      for (int e = 0; e < E; ++e) {
-        if (taken[e >> 5] & (1u << (e & 31))) continue;
-        const float b = score(e) + bias[e];
+      int best = -1;
+      for (int e = lane; e < E; e += 32) {
+        if (s_taken[e]) continue;
+        const float b = s_biased[e];
         if (best < 0 || b > bv) {
           best = e;
           bv = b;
         }
       }
-      chosen[j] = best;
-      taken[best >> 5] |= 1u << (best & 31);
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_down_sync(0xffffffffu, bv, off);
+        const int ob = __shfl_down_sync(0xffffffffu, best, off);
+        if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+          bv = ov;
+          best = ob;
+        }
+      }
+      if (lane == 0) {
+        s_chosen[j] = best;
+        s_taken[best] = 1;
+      }
+      __syncwarp();
     }
   }
+  __syncwarp();
+  if (lane != 0) return;
+  int chosen[kMaxK];
+  for (int j = 0; j < k; ++j) chosen[j] = s_chosen[j];
   float w[kMaxK];
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) {
-    w[j] = score(chosen[j]);
+    w[j] = s_score[chosen[j]];
     sum += w[j];
   }
   for (int j = 0; j < k; ++j) {
@@ -109,8 +134,8 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
   DSV4_CHECK(E <= kMaxE && k <= kMaxK, "MoE with ", E, " experts, top-", k, " is not supported");
   if (n == 0) return;
   prof::Launch pl("moe_route", double(n) * E * 4 + double(E) * 4 + double(n) * k * 12, s);
-  route_kernel<<<static_cast<unsigned>((n + 63) / 64), 64, 0, s>>>(logits, bias, tid2eid, tokens, n, E, k,
-                                                                   route_scale, ids, weights, ids_selection_order);
+  route_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(logits, bias, tid2eid, tokens, n, E, k, route_scale,
+                                                        ids, weights, ids_selection_order);
   CUDA_CHECK_LAUNCH();
 }
 
