@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/dsv4/commands.h"
+#include "apps/dsv4/jsonl_io.h"
 #include "base/check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,13 +20,7 @@ struct DetokenizeArgs {
 
 void run_detokenize(const DetokenizeArgs& a) {
   const auto tok = dsv4::tokenizer::Tokenizer::from_file(a.tokenizer);
-  std::ifstream in(a.input, std::ios::binary);
-  DSV4_CHECK(in.good(), "cannot open ", a.input);
-  std::ofstream out(a.output, std::ios::binary);
-  DSV4_CHECK(out.good(), "cannot write ", a.output);
-  std::string line;
-  for (size_t n = 1; std::getline(in, line); ++n) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  dsv4::app::map_jsonl(a.input, a.output, [&](const nlohmann::json& j, size_t n) {
     std::vector<int32_t> ids;
     bool ok = j.is_object() && j.contains("ids") && j["ids"].is_array();
     if (ok) {
@@ -38,9 +33,8 @@ void run_detokenize(const DetokenizeArgs& a) {
       }
     }
     DSV4_CHECK(ok, a.input, " line ", n, ": expected {\"ids\": [integers]}");
-    out << nlohmann::json{{"text", tok.decode(ids, a.skip_special)}}.dump() << '\n';
-  }
-  DSV4_CHECK(out.good(), "write to ", a.output, " failed");
+    return nlohmann::json{{"text", tok.decode(ids, a.skip_special)}};
+  });
 }
 
 const dsv4::app::CommandRegistrar kRegister([](CLI::App& root) {

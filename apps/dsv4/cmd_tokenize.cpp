@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/dsv4/commands.h"
+#include "apps/dsv4/jsonl_io.h"
 #include "base/check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,18 +18,11 @@ struct TokenizeArgs {
 
 void run_tokenize(const TokenizeArgs& a) {
   const auto tok = dsv4::tokenizer::Tokenizer::from_file(a.tokenizer);
-  std::ifstream in(a.input, std::ios::binary);
-  DSV4_CHECK(in.good(), "cannot open ", a.input);
-  std::ofstream out(a.output, std::ios::binary);
-  DSV4_CHECK(out.good(), "cannot write ", a.output);
-  std::string line;
-  for (size_t n = 1; std::getline(in, line); ++n) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  dsv4::app::map_jsonl(a.input, a.output, [&](const nlohmann::json& j, size_t n) {
     DSV4_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(), a.input, " line ", n,
                ": expected {\"text\": \"...\"}");
-    out << nlohmann::json{{"ids", tok.encode(j["text"].get<std::string>())}}.dump() << '\n';
-  }
-  DSV4_CHECK(out.good(), "write to ", a.output, " failed");
+    return nlohmann::json{{"ids", tok.encode(j["text"].get<std::string>())}};
+  });
 }
 
 const dsv4::app::CommandRegistrar kRegister([](CLI::App& root) {

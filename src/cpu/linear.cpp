@@ -73,9 +73,14 @@ void Bf16Linear::forward(std::span<const float> x, std::span<float> y) const {
 }
 
 void Fp32Linear::forward(std::span<const float> x, std::span<float> y) const {
+  forward_rows(x, y, 0, out);
+}
+
+void Fp32Linear::forward_rows(std::span<const float> x, std::span<float> y, int64_t row_begin,
+                              int64_t row_end) const {
   DSV4_CHECK(static_cast<int64_t>(x.size()) == in && static_cast<int64_t>(y.size()) == out,
              "Fp32Linear: shape mismatch");
-  for (int64_t o = 0; o < out; ++o) {
+  for (int64_t o = row_begin; o < row_end; ++o) {
     const float* w = weight.data() + o * in;
     double acc = 0.0;
     for (int64_t k = 0; k < in; ++k) acc += static_cast<double>(x[k]) * w[k];

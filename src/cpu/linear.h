@@ -44,6 +44,10 @@ struct Fp32Linear {
   int64_t out = 0, in = 0;
   std::vector<float> weight;  // [out, in]
   void forward(std::span<const float> x, std::span<float> y) const;
+  // Rows [row_begin, row_end) of the output only (y is the whole [out] vector); lets callers
+  // split a large matvec (the LM head) across threads.
+  void forward_rows(std::span<const float> x, std::span<float> y, int64_t row_begin,
+                    int64_t row_end) const;
 };
 
 // RMSNorm_w: fp32 mean of squares, x·rsqrt(ms+eps), times the fp32 weight, rounded to bf16.

@@ -124,14 +124,10 @@ std::vector<float> CpuModel::head_logits(std::span<const float> streams_last,
   std::vector<float> y(D), normed(D), logits(config_.vocab_size);
   hc_head(streams_last, hc_head_w, hc_params_, y);
   rms_norm(y, norm, hc_params_.norm_eps, normed);
-  parallel_for(config_.vocab_size, [&](int64_t b, int64_t e) {
-    const auto& W = weights_->head.weight;
-    for (int64_t v = b; v < e; ++v) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < D; ++k) acc += static_cast<double>(normed[k]) * W[v * D + k];
-      logits[v] = static_cast<float>(acc);
-    }
-  }, /*min_chunk=*/1024);
+  parallel_for(
+      config_.vocab_size,
+      [&](int64_t b, int64_t e) { weights_->head.forward_rows(normed, logits, b, e); },
+      /*min_chunk=*/1024);
   return logits;
 }
 
