@@ -56,7 +56,13 @@ struct GpuModel::Workspace {
 };
 
 GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weights, GpuModelOptions opts)
-    : config_(std::move(config)), weights_(std::move(weights)), ws_(std::make_unique<Workspace>()) {
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      tp_rank_(opts.tp_rank),
+      tp_size_(opts.tp_size),
+      ws_(std::make_unique<Workspace>()) {
+  DSV4_CHECK(tp_size_ >= 1 && tp_rank_ >= 0 && tp_rank_ < tp_size_, "tensor-parallel rank ", tp_rank_, " of ",
+             tp_size_);
   max_len_ = opts.max_seq_len > 0 ? std::min<int64_t>(opts.max_seq_len, config_.max_position_embeddings)
                                   : std::min<int64_t>(config_.max_position_embeddings, 65536);
   upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
@@ -64,6 +70,13 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
 }
 
 GpuModel::~GpuModel() = default;
+
+void GpuModel::tp_reduce(float* x, int64_t count) {
+  if (tp_size_ == 1) return;
+  (void)x;
+  (void)count;
+  DSV4_FAIL("tensor parallelism is not wired yet");
+}
 
 std::unique_ptr<GpuModel> GpuModel::from_checkpoint(const model::ModelConfig& config,
                                                     const checkpoint::Checkpoint& ckpt, GpuModelOptions opts) {
@@ -126,11 +139,11 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
                          int64_t start_pos, int64_t window_len, float* out) {
   Workspace& s = *ws_;
   const model::ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, H = c.num_attention_heads, d = c.head_dim, ql = c.q_lora_rank;
+  const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
   const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
-  const int64_t qmax = std::max<int64_t>({D, ql, int64_t{c.o_groups} * c.o_lora_rank});
+  const int64_t qmax = std::max<int64_t>({D, ql, local_groups() * c.o_lora_rank});
   uint8_t* qa = grow(s.qa, n * qmax);
   float* sa = grow(s.sa, n * qmax / 128);
   float* tq = grow(s.tq, n * ql);
@@ -202,17 +215,18 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   window_ring_update(kv, n, start_pos, win, static_cast<int>(d), cache.window.get(), nullptr);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
   rope_rows(attn, n * H, d, H, start_pos, 1, rope, pairs, true, nullptr);
-  const int64_t G = c.o_groups, ro = c.o_lora_rank, group_in = H / G * d;
+  const int64_t G = local_groups(), ro = c.o_lora_rank, group_in = H / G * d;
   float* z = grow(s.z, n * G * ro);
   dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, nullptr);
   quantize_q8_rows(z, n, G * ro, qa, sa, nullptr);
   lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, nullptr);
+  tp_reduce(out, n * D);
 }
 
 void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out) {
   Workspace& s = *ws_;
   const model::ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, E = c.n_routed_experts, inter = c.moe_intermediate_size;
+  const int64_t D = c.hidden_size, E = c.n_routed_experts, inter = local_inter();
   const int k = c.num_experts_per_tok;
   const float limit = static_cast<float>(c.swiglu_limit);
   float* logits = grow(s.logits_e, n * E);
@@ -221,8 +235,10 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, nullptr);
   moe_route(logits, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr, ids, n, static_cast<int>(E), k,
             static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, nullptr);
-  if (grouped_moe_usable(w, n)) {
-    moe_grouped(w, n, x, eids, ewts, out);
+  if (grouped_moe_usable(w)) {  // chunks of at most 256 tokens (the workspace's size)
+    for (int64_t t0 = 0; t0 < n; t0 += 256) {
+      moe_grouped(w, std::min<int64_t>(256, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);
+    }
     return;
   }
   uint8_t* qa = grow(s.qa, n * std::max(D, inter));
@@ -253,21 +269,21 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   moe_combine(routed, so, n, k, D, out, nullptr);
 }
 
-bool GpuModel::grouped_moe_usable(const MoeW& w, int64_t n) const {
+bool GpuModel::grouped_moe_usable(const MoeW& w) const {
   static const bool forced_reference = [] {
     const char* v = std::getenv("DSV4_GPU_MOE");
     return v != nullptr && std::string(v) == "reference";
   }();
   const model::ModelConfig& c = config_;
   return !forced_reference && w.experts.fp4 && c.hidden_size % 256 == 0 &&
-         c.moe_intermediate_size % 256 == 0 && c.n_routed_experts <= 1023 &&
-         c.num_experts_per_tok <= 16 && n <= 256;
+         local_inter() % 256 == 0 && c.n_routed_experts <= 1023 &&
+         c.num_experts_per_tok <= 16;
 }
 
 void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,
                            const float* ewts, float* out) {
   const model::ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, I = c.moe_intermediate_size, E = c.n_routed_experts;
+  const int64_t D = c.hidden_size, I = local_inter(), E = c.n_routed_experts;
   if (!moe_ws_) {
     moe_ws_ = std::make_unique<MoeGroupedWorkspace>(
         MoeGroupedShape{.max_tokens = 256, .hidden = static_cast<int>(D), .inter = static_cast<int>(I),
@@ -331,6 +347,7 @@ void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, c
   hc_post(sub, post, comb, n, D, hc, streams, nullptr);
   pre(w.hc_ffn, w.ffn_norm);
   moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
+  tp_reduce(sub, n * D);
   hc_post(sub, post, comb, n, D, hc, streams, nullptr);
 }
 

@@ -24,6 +24,10 @@ namespace dsv4::gpu {
 
 struct GpuModelOptions {
   int64_t max_seq_len = 0;  // 0 = min(max_position_embeddings, 65536)
+  // Tensor parallelism: this model is shard tp_rank of tp_size (heads, output groups and the
+  // expert/shared-expert intermediate dims split; everything else replicated).
+  int tp_rank = 0;
+  int tp_size = 1;
 };
 
 struct GpuLayerCache {
@@ -61,6 +65,12 @@ class GpuModel {
   const model::ModelConfig& config() const { return config_; }
   const GpuWeights& weights() const { return *weights_; }
   int64_t max_seq_len() const { return max_len_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+  // Sizes of this shard: query heads, wo_a output groups, expert intermediate width.
+  int64_t local_heads() const { return config_.num_attention_heads / tp_size_; }
+  int64_t local_groups() const { return config_.o_groups / tp_size_; }
+  int64_t local_inter() const { return config_.moe_intermediate_size / tp_size_; }
 
   GpuSequenceState new_sequence() const;
 
@@ -83,15 +93,20 @@ class GpuModel {
   void moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out);
   std::vector<float> head_logits(const float* streams_last, const HcW& hc_head, const float* norm);
 
+  // Sums a partial [count] fp32 activation over the tensor-parallel ranks and rounds it to
+  // bf16 (no-op with one rank). Called after wo_b and after the MoE.
+  void tp_reduce(float* x, int64_t count);
+
   model::ModelConfig config_;
   std::unique_ptr<GpuWeights> weights_;
   int64_t max_len_ = 0;
+  int tp_rank_ = 0, tp_size_ = 1;
   DeviceBuffer<float> rope_window_, rope_compress_;  // [max_len, pairs, 2]
   std::unique_ptr<Workspace> ws_;
   // Grouped tensor-core MoE (sm90_moe_fp4.cu) where its shape limits allow (FP4 experts,
-  // hidden and expert widths multiples of 256, ≤ 256 tokens per call); else the plain path.
+  // hidden and expert widths multiples of 256; calls of ≤ 256 tokens); else the plain path.
   // DSV4_GPU_MOE=reference forces the plain path.
-  bool grouped_moe_usable(const MoeW& w, int64_t n) const;
+  bool grouped_moe_usable(const MoeW& w) const;
   void moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,
                    const float* ewts, float* out);
   std::unique_ptr<MoeGroupedWorkspace> moe_ws_;
