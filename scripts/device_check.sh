@@ -3,7 +3,10 @@
 # `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
-# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile,moe,attn] [bench-layers]
+# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile,moe,attn,tp,flash] [bench-layers]
+#   tp:    tensor parallelism TP2 vs TP1 (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
+#          weights over FLASH_TP GPUs (default 2): time to ready + decode (FLASH_BATCH, FLASH_CONTEXT).
+#   tp and flash run only when named in --only.
 #   moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
 # A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
@@ -87,10 +90,46 @@ serve_smoke() {
   return $rc
 }
 
+# The full Flash with dummy weights over FLASH_TP GPUs behind `dsv4 serve`: time from the
+# process start to a healthy /health (time to ready), then one chat request.
+flash_serve() {
+  local port=${SERVE_PORT:-18232} tok=${TOKENIZER:-data/tokenizer/tokenizer.json} t0
+  [ -f "$tok" ] || tok=bytes
+  t0=$(date +%s.%N)
+  "$BUILD/dsv4" serve --device cuda --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} \
+    --context-length ${FLASH_SERVE_CONTEXT:-9216} --port "$port" --tokenizer "$tok" --decode-log-interval 4 \
+    > "$OUT/flash_serve_server.log" 2>&1 &
+  local pid=$! up=0
+  for _ in $(seq 1 600); do
+    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" \
+        2> /dev/null; then up=1; break; fi
+    kill -0 $pid 2> /dev/null || break
+    sleep 0.5
+  done
+  local rc=1
+  if [ $up = 1 ]; then
+    echo "time to ready: $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") s"
+    local code
+    code=$(chat '{"model":"deepseek-v4","messages":[{"role":"user","content":"Hello! Who are you?"}],"max_tokens":16}' "$port")
+    echo "HTTP $code"
+    [ "$code" = 200 ] && rc=0
+  else
+    echo "server did not become healthy"
+  fi
+  kill -TERM $pid 2> /dev/null; wait $pid
+  grep -E "Model:|CUDA runner|Decode batch|Prefill batch|error" "$OUT/flash_serve_server.log" | head -n 12
+  return $rc
+}
+
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe_test timeout 60 "$BUILD/src/gpu/moe_grouped_test"
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
+want tp && [ -x "$BUILD/src/gpu/gpu_tp_test" ] && run tp_test timeout 180 "$BUILD/src/gpu/gpu_tp_test"
+want flash && run flash_profile timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" profile --load-format dummy \
+  --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch ${FLASH_BATCH:-1} --context ${FLASH_CONTEXT:-8192} \
+  --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
+want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
@@ -102,7 +141,9 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT"/kernels.log "$OUT"/golden.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/golden.log "$OUT"/tp_test.log 2>/dev/null
+grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile.log 2>/dev/null
+grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
 grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null
 grep -h -E "^HBM|^decode step|^roofline|^all kernels|^prefill [0-9]" "$OUT"/profile.log 2>/dev/null

@@ -20,6 +20,7 @@ namespace {
 struct LogitsArgs {
   std::string model_dir, cases, out, device = "cpu";
   bool check = false, no_mtp = false, no_streams = false;
+  int tp = 1;
 };
 
 void run_logits(const LogitsArgs& a) {
@@ -29,9 +30,10 @@ void run_logits(const LogitsArgs& a) {
   std::unique_ptr<dsv4::eval::GoldenBackend> backend;
 #ifdef DSV4_WITH_CUDA
   if (a.device == "cuda")
-    backend = std::make_unique<dsv4::gpu::GpuGoldenBackend>(
-        std::shared_ptr<dsv4::gpu::GpuModel>(dsv4::gpu::GpuModel::load(a.model_dir)));
+    backend = std::make_unique<dsv4::gpu::GpuGoldenBackend>(std::shared_ptr<dsv4::gpu::GpuModel>(
+        dsv4::gpu::GpuModel::load(a.model_dir, dsv4::gpu::GpuModelOptions{.tp_size = a.tp})));
 #endif
+  DSV4_CHECK(a.tp == 1 || a.device == "cuda", "--tp needs --device cuda");
   if (!backend) {
     DSV4_CHECK(a.device == "cpu", "--device ", a.device,
                ": only the cpu backend is available for golden runs in this build");
@@ -64,6 +66,7 @@ const dsv4::app::CommandRegistrar kRegister([](CLI::App& root) {
   cmd->add_option("--cases", args->cases, "golden manifest.json")->required();
   cmd->add_option("--out", args->out, "output safetensors file")->required();
   cmd->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--tp", args->tp, "cuda: tensor-parallel GPUs (devices 0..tp-1)")->check(CLI::Range(1, 8));
   cmd->add_flag("--check", args->check, "evaluate the gates against golden.safetensors");
   cmd->add_flag("--no-mtp", args->no_mtp, "skip the MTP block");
   cmd->add_flag("--no-streams", args->no_streams, "do not write x_layers");

@@ -29,10 +29,11 @@ using Clock = std::chrono::steady_clock;
 
 struct ProfileArgs {
   std::string model_dir, load_format = "auto", model_config;
-  int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12;
+  int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12, tp = 1;
   int64_t context = 512;
   bool by_shape = false;
   uint64_t seed = 1234;
+  std::string context_fill = "prefill";  // "prefill" | "random" (GpuModel::fill_for_benchmark)
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -62,9 +63,10 @@ void print_table(const char* title, const std::vector<gpu::prof::KernelStat>& ro
 
 void profile(const ProfileArgs& a) {
   DSV4_CHECK(gpu::has_cuda_device(), "no CUDA device: `dsv4 profile` needs a visible NVIDIA GPU");
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress stays visible when the run is cut short
   DSV4_CHECK(a.batch >= 1 && a.steps >= 1 && a.context >= 1 && a.warmup >= 0, "bad --batch/--steps/--context");
   const int64_t max_len = a.context + a.warmup + 2 * a.steps + 8;
-  gpu::GpuModelOptions go{.max_seq_len = max_len};
+  gpu::GpuModelOptions go{.max_seq_len = max_len, .tp_size = a.tp};
   std::unique_ptr<gpu::GpuModel> m;
   std::string source;
   const auto t_load = Clock::now();
@@ -85,8 +87,9 @@ void profile(const ProfileArgs& a) {
   const auto& cfg = m->config();
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("dsv4 profile | device %s | %s | %d layers (+%d MTP, not run) | weights %.2f GiB, loaded in %.1f s\n",
-              prop.name, source.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers,
+  std::printf("dsv4 profile | device %s | %s | %d layers (+%d MTP, not run) | tp %d | weights %.2f GiB on GPU 0, "
+              "loaded in %.1f s\n",
+              prop.name, source.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, a.tp,
               m->weights().total_bytes / double(1 << 30), load_s);
   const double hbm = gpu::prof::measure_copy_bandwidth_gbs();
   std::printf("HBM bandwidth (1 GiB device-to-device copy, read + written): %.0f GB/s\n", hbm);
@@ -103,11 +106,15 @@ void profile(const ProfileArgs& a) {
   for (int b = 0; b < a.batch; ++b) {
     for (int64_t i = 0; i < a.context; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + b * 104729 + 17) % V);
     seqs.push_back(m->new_sequence());
-    if (b == 0) {
+    if (b == 0 && a.context_fill == "prefill") {
       gpu::prof::reset();
       gpu::prof::set_enabled(true);
     }
     const auto t0 = Clock::now();
+    if (a.context_fill == "random") {
+      m->fill_for_benchmark(seqs.back(), a.context, static_cast<uint64_t>(b));
+      continue;
+    }
     m->forward(seqs.back(), prompt, false, a.context, false);
     if (b == 0) {
       prefill_s = seconds_since(t0);
@@ -139,8 +146,13 @@ void profile(const ProfileArgs& a) {
   gpu::prof::set_enabled(false);
   const auto rows = gpu::prof::collect(false);
 
-  std::printf("prefill %lld tokens (sequence 0, profiled): %.3f s = %.0f tokens/s\n", static_cast<long long>(a.context),
-              prefill_s, a.context / prefill_s);
+  if (a.context_fill == "random") {
+    std::printf("context: %lld positions of random cache entries per sequence (--context-fill random, no prefill)\n",
+                static_cast<long long>(a.context));
+  } else {
+    std::printf("prefill %lld tokens (sequence 0, profiled): %.3f s = %.0f tokens/s\n",
+                static_cast<long long>(a.context), prefill_s, a.context / prefill_s);
+  }
   std::printf("decode step (batch %d, %d steps after %d warm-up, unprofiled): median %.0f us, min %.0f, max %.0f -> "
               "%.1f tokens/s; profiled steps: %.0f us\n",
               a.batch, a.steps, a.warmup, med, step_us.front(), step_us.back(), a.batch / (med * 1e-6), prof_step_us);
@@ -158,7 +170,9 @@ void profile(const ProfileArgs& a) {
   if (a.by_shape) {
     print_table("decode: per kernel and shape", gpu::prof::collect(true), hbm, a.steps, static_cast<size_t>(a.top));
   }
-  print_table("prefill (one sequence): per kernel", prefill_rows, hbm, 1, static_cast<size_t>(a.top));
+  if (!prefill_rows.empty()) {
+    print_table("prefill (one sequence): per kernel", prefill_rows, hbm, 1, static_cast<size_t>(a.top));
+  }
 }
 
 const app::CommandRegistrar kRegister([](CLI::App& root) {
@@ -169,6 +183,12 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--model-config", args->model_config, "config.json for --load-format dummy");
   cmd->add_option("--num-layers", args->num_layers, "Keep only the first N layers (dummy; 0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--tp", args->tp, "Tensor-parallel GPUs (the table shows rank 0)")->check(CLI::Range(1, 8));
+  cmd->add_option("--context-fill", args->context_fill,
+                  "prefill: every sequence is prefilled (sequence 0 profiled); random: no prefill, every sequence "
+                  "gets random caches of --context positions (same decode cost, meaningless tokens)")
+      ->check(CLI::IsMember({"prefill", "random"}))
       ->capture_default_str();
   cmd->add_option("--batch", args->batch, "Sequences per decode step")->capture_default_str();
   cmd->add_option("--context", args->context, "Prefill length (decode context)")->capture_default_str();

@@ -41,7 +41,7 @@ struct ServeArgs {
   int64_t max_running_requests = 64, max_queued_requests = 1024, chunked_prefill_size = 2048, context_length = 0;
   int64_t decode_log_interval = 40;
   double mem_fraction_static = 0.88;
-  int http_threads = 4, num_threads = 0;
+  int http_threads = 4, num_threads = 0, tp_size = 1;
 };
 
 // "2G", "512M", "1048576", "4GiB" -> bytes.
@@ -136,6 +136,7 @@ void serve(const ServeArgs& a) {
         ro.load_format = a.load_format;
         ro.model_config = a.model_config;
         ro.num_layers = a.num_layers;
+        ro.tp_size = a.tp_size;
         runner = engine::make_runner(ro);
       }
       engine::EngineConfig ec;
@@ -198,6 +199,9 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
   cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size, "Max prompt tokens per prefill step")
       ->capture_default_str();
   cmd->add_option("--cpu-cache-bytes", args->cpu_cache_bytes, "CPU cache budget, e.g. 2G, 512M")->capture_default_str();
+  cmd->add_option("--tp-size,--tp", args->tp_size, "cuda: tensor-parallel GPUs (devices 0..tp-1, NCCL)")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   cmd->add_option("--mem-fraction-static", args->mem_fraction_static, "GPU: fraction of memory for weights and caches")
       ->capture_default_str();
   cmd->add_option("--context-length", args->context_length, "Max context (0 = the model's)")->capture_default_str();

@@ -22,6 +22,7 @@ std::unique_ptr<ModelRunner> make_gpu_runner(const RunnerOptions& options) {
   DSV4_CHECK(gpu::has_cuda_device(), "no CUDA device: `--device cuda` needs a visible NVIDIA GPU");
   gpu::GpuModelOptions go;
   go.max_seq_len = options.max_context;
+  go.tp_size = options.tp_size;
   std::unique_ptr<gpu::GpuModel> model;
   if (options.load_format == "dummy") {
     std::string path = options.model_config;
@@ -30,7 +31,7 @@ std::unique_ptr<ModelRunner> make_gpu_runner(const RunnerOptions& options) {
     const auto config = gpu::prof::with_num_layers(model::ModelConfig::from_file(path), options.num_layers);
     model = gpu::GpuModel::dummy(config, options.dummy_seed, go);
     log::info(str_cat("Model: dummy (random) weights of ", path, ", ", config.num_hidden_layers, " layers, ",
-                      model->weights().total_bytes >> 20, " MiB on the device"));
+                      model->weights().total_bytes >> 20, " MiB on device 0 (tp ", options.tp_size, ")"));
   } else if (options.model_dir.empty()) {
     auto config = model::ModelConfig::from_json(model::embedded_tiny_config_json());
     DSV4_CHECK(options.num_layers <= 0, "--num-layers needs --load-format dummy");
@@ -59,6 +60,7 @@ std::unique_ptr<ModelRunner> make_runner(const RunnerOptions& options) {
   }
   DSV4_CHECK(options.device == "cpu", "unknown device '", options.device, "' (cpu | cuda)");
   DSV4_CHECK(options.load_format == "auto", "--load-format dummy is supported with --device cuda only");
+  DSV4_CHECK(options.tp_size == 1, "--tp-size ", options.tp_size, " is supported with --device cuda only");
   DSV4_CHECK(options.num_layers <= 0, "--num-layers is supported with --device cuda --load-format dummy only");
   std::shared_ptr<const cpu::CpuModel> model;
   if (options.model_dir.empty()) {

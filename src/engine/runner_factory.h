@@ -20,6 +20,7 @@ struct RunnerOptions {
   std::string load_format = "auto";  // "auto" (checkpoint) | "dummy" (random weights; cuda only)
   std::string model_config;         // dummy: config.json path (default: <model_dir>/config.json)
   int num_layers = 0;               // > 0: keep only the first N trunk layers (memory; dummy/dev)
+  int tp_size = 1;                  // cuda: tensor-parallel GPUs (devices 0..tp-1, NCCL)
   uint64_t dummy_seed = 1234;
 };
 

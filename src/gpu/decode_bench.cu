@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
     const ExpertsW& ex = L.ffn.experts;
     const double ebytes = double(ex.w1.bytes() + ex.s1.bytes()) / ex.num * k;
     auto lin = ex.fp4 ? lin4 : lin8;
-    rows.push_back({"lin4 experts w1 (k rows)", median_us([&] { lin(q.get(), qs.get(), k, k, ex.w1.get(), ex.s1.get(), inter, D, ids.get(), y.get(), nullptr); }, 20), ebytes});
-    rows.push_back({"lin4 experts w2 (k rows)", median_us([&] { lin(q.get(), qs.get(), k, 1, ex.w2.get(), ex.s2.get(), D, inter, ids.get(), y.get(), nullptr); }, 20), ebytes});
+    rows.push_back({"lin4 experts w1 (k rows)", median_us([&] { lin(q.get(), qs.get(), k, k, ex.w1.get(), ex.s1.get(), inter, D, ids.get(), y.get(), nullptr, true); }, 20), ebytes});
+    rows.push_back({"lin4 experts w2 (k rows)", median_us([&] { lin(q.get(), qs.get(), k, 1, ex.w2.get(), ex.s2.get(), D, inter, ids.get(), y.get(), nullptr, true); }, 20), ebytes});
     l8("lin8 shared w1", L.ffn.sw1);
     l8("lin8 shared w2", L.ffn.sw2);
     dn("dense LM head (bf16)", m->weights().head, 0, D);

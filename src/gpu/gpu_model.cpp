@@ -73,16 +73,31 @@ GpuModel::~GpuModel() = default;
 
 void GpuModel::tp_reduce(float* x, int64_t count) {
   if (tp_size_ == 1) return;
-  (void)x;
-  (void)count;
-  DSV4_FAIL("tensor parallelism is not wired yet");
+  tp_group_->all_reduce_sum(tp_rank_, x, count, nullptr);
+  round_bf16_values(x, count, nullptr);
+}
+
+std::unique_ptr<GpuModel> GpuModel::build_ranks(const model::ModelConfig& config, GpuModelOptions opts,
+                                                const std::function<std::unique_ptr<GpuWeights>(int)>& weights) {
+  config.validate();
+  if (opts.tp_size == 1) return std::make_unique<GpuModel>(config, weights(0), opts);
+  auto group = std::make_shared<TpGroup>(opts.tp_size);
+  std::vector<std::unique_ptr<GpuModel>> ranks(static_cast<size_t>(opts.tp_size));
+  group->run([&](int r) {
+    GpuModelOptions o = opts;
+    o.tp_rank = r;
+    ranks[r] = std::make_unique<GpuModel>(config, weights(r), o);
+    ranks[r]->tp_group_ = group;
+  });
+  for (int r = 1; r < opts.tp_size; ++r) ranks[0]->peers_.push_back(std::move(ranks[r]));
+  return std::move(ranks[0]);
 }
 
 std::unique_ptr<GpuModel> GpuModel::from_checkpoint(const model::ModelConfig& config,
                                                     const checkpoint::Checkpoint& ckpt, GpuModelOptions opts) {
   config.validate();
   model::verify_checkpoint(ckpt, config);
-  return std::make_unique<GpuModel>(config, upload_weights(ckpt, config), opts);
+  return build_ranks(config, opts, [&](int r) { return upload_weights(ckpt, config, r, opts.tp_size); });
 }
 
 std::unique_ptr<GpuModel> GpuModel::load(const std::filesystem::path& dir, GpuModelOptions opts) {
@@ -92,11 +107,68 @@ std::unique_ptr<GpuModel> GpuModel::load(const std::filesystem::path& dir, GpuMo
 }
 
 std::unique_ptr<GpuModel> GpuModel::dummy(const model::ModelConfig& config, uint64_t seed, GpuModelOptions opts) {
-  config.validate();
-  return std::make_unique<GpuModel>(config, dummy_weights(config, seed), opts);
+  return build_ranks(config, opts, [&](int r) { return dummy_weights(config, seed, r, opts.tp_size); });
 }
 
 GpuSequenceState GpuModel::new_sequence() const {
+  if (peers_.empty()) return new_sequence_shard();
+  GpuSequenceState own;
+  std::vector<GpuSequenceState> peer_states(peers_.size());
+  tp_group_->run([&](int r) {
+    if (r == 0) own = new_sequence_shard();
+    else peer_states[r - 1] = peers_[r - 1]->new_sequence_shard();
+  });
+  own.peers = std::move(peer_states);
+  return own;
+}
+
+GpuForwardOutput GpuModel::forward(GpuSequenceState& state, std::span<const int32_t> tokens, bool want_layer_streams,
+                                   int64_t prompt_length, bool want_final_streams) {
+  if (peers_.empty()) return forward_shard(state, tokens, want_layer_streams, prompt_length, want_final_streams);
+  DSV4_CHECK(state.peers.size() == peers_.size(), "sequence state has ", state.peers.size(),
+             " peer states for a model of ", peers_.size() + 1, " ranks");
+  GpuForwardOutput out;
+  tp_group_->run([&](int r) {
+    if (r == 0) out = forward_shard(state, tokens, want_layer_streams, prompt_length, want_final_streams);
+    else peers_[r - 1]->forward_shard(state.peers[r - 1], tokens, false, prompt_length, false);
+  });
+  return out;
+}
+
+std::vector<float> GpuModel::mtp_forward(GpuSequenceState& state, std::span<const float> streams,
+                                         std::span<const int32_t> next_ids, int64_t start_pos) {
+  if (peers_.empty()) return mtp_forward_shard(state, streams, next_ids, start_pos);
+  DSV4_CHECK(state.peers.size() == peers_.size(), "sequence state has ", state.peers.size(), " peer states");
+  std::vector<float> out;
+  tp_group_->run([&](int r) {
+    if (r == 0) out = mtp_forward_shard(state, streams, next_ids, start_pos);
+    else peers_[r - 1]->mtp_forward_shard(state.peers[r - 1], streams, next_ids, start_pos);
+  });
+  return out;
+}
+
+void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint64_t seed) {
+  DSV4_CHECK(state.length == 0 && length >= 1 && length < max_len_, "fill_for_benchmark: fresh state and 1 <= ",
+             length, " < ", max_len_);
+  auto fill_one = [&](GpuSequenceState& st) {
+    uint64_t k = seed;
+    for (GpuLayerCache& c : st.layers) {
+      for (DeviceBuffer<float>* b : {&c.window, &c.compressed, &c.index_keys}) {
+        if (b->size() > 0) fill_random_f32(b->get(), static_cast<int64_t>(b->size()), 1.0f, 0.0f, ++k, nullptr);
+      }
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    st.length = length;
+  };
+  if (peers_.empty()) {
+    fill_one(state);
+    return;
+  }
+  DSV4_CHECK(state.peers.size() == peers_.size(), "sequence state has ", state.peers.size(), " peer states");
+  tp_group_->run([&](int r) { fill_one(r == 0 ? state : state.peers[r - 1]); });
+}
+
+GpuSequenceState GpuModel::new_sequence_shard() const {
   GpuSequenceState s;
   const int total = config_.num_layers() + config_.num_nextn_predict_layers;
   s.layers.resize(static_cast<size_t>(total));
@@ -219,7 +291,8 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   float* z = grow(s.z, n * G * ro);
   dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, nullptr);
   quantize_q8_rows(z, n, G * ro, qa, sa, nullptr);
-  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, nullptr);
+  const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce
+  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, nullptr, whole);
   tp_reduce(out, n * D);
 }
 
@@ -252,11 +325,12 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   quantize_q8_rows(x, n, D, qa, sa, nullptr);
   const ExpertsW& ex = w.experts;
   auto lin = ex.fp4 ? lin4 : lin8;
-  lin(qa, sa, n * k, k, ex.w1.get(), ex.s1.get(), inter, D, eids, g, nullptr);
-  lin(qa, sa, n * k, k, ex.w3.get(), ex.s3.get(), inter, D, eids, u, nullptr);
+  lin(qa, sa, n * k, k, ex.w1.get(), ex.s1.get(), inter, D, eids, g, nullptr, true);
+  lin(qa, sa, n * k, k, ex.w3.get(), ex.s3.get(), inter, D, eids, u, nullptr, true);
   swiglu(g, u, ewts, n * k, inter, limit, h, nullptr);
   quantize_q8_rows(h, n * k, inter, qb, sb, nullptr);
-  lin(qb, sb, n * k, 1, ex.w2.get(), ex.s2.get(), D, inter, eids, routed, nullptr);
+  const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce
+  lin(qb, sb, n * k, 1, ex.w2.get(), ex.s2.get(), D, inter, eids, routed, nullptr, whole);
   float* sg = grow(s.sg, n * inter);
   float* su = grow(s.su, n * inter);
   float* sh = grow(s.sh, n * inter);
@@ -265,8 +339,8 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   lin8(qa, sa, n, 1, w.sw3.w.get(), w.sw3.s.get(), inter, D, nullptr, su, nullptr);
   swiglu(sg, su, nullptr, n, inter, limit, sh, nullptr);
   quantize_q8_rows(sh, n, inter, qb, sb, nullptr);
-  lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, nullptr);
-  moe_combine(routed, so, n, k, D, out, nullptr);
+  lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, nullptr, whole);
+  moe_combine(routed, so, n, k, D, out, nullptr, whole);
 }
 
 bool GpuModel::grouped_moe_usable(const MoeW& w) const {
@@ -369,8 +443,8 @@ std::vector<float> GpuModel::head_logits(const float* streams_last, const HcW& h
   return s.head_logits.download(static_cast<size_t>(V));
 }
 
-GpuForwardOutput GpuModel::forward(GpuSequenceState& state, std::span<const int32_t> tokens, bool want_layer_streams,
-                                   int64_t prompt_length, bool want_final_streams) {
+GpuForwardOutput GpuModel::forward_shard(GpuSequenceState& state, std::span<const int32_t> tokens,
+                                         bool want_layer_streams, int64_t prompt_length, bool want_final_streams) {
   Workspace& s = *ws_;
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t start_pos = state.length;
@@ -401,8 +475,8 @@ GpuForwardOutput GpuModel::forward(GpuSequenceState& state, std::span<const int3
   return out;
 }
 
-std::vector<float> GpuModel::mtp_forward(GpuSequenceState& state, std::span<const float> streams_in,
-                                         std::span<const int32_t> next_ids, int64_t start_pos) {
+std::vector<float> GpuModel::mtp_forward_shard(GpuSequenceState& state, std::span<const float> streams_in,
+                                               std::span<const int32_t> next_ids, int64_t start_pos) {
   DSV4_CHECK(!weights_->mtp.empty(), "this model has no MTP block");
   Workspace& s = *ws_;
   const MtpW& m = weights_->mtp[0];

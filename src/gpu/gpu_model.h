@@ -6,10 +6,15 @@
 // lives on the device in GpuSequenceState, sized for opts.max_seq_len positions.
 // Thread-safety: a GpuModel owns scratch buffers and one CUDA stream (the legacy default
 // stream); use it from one thread at a time. Every call returns after the device finished.
+// Tensor parallelism (GpuModelOptions::tp_size > 1, built by load/from_checkpoint/dummy):
+// the returned model is rank 0 on device 0 and drives its peers (ranks 1.., devices 1..) on
+// a TpGroup's threads; every public call runs on all ranks and returns rank 0's result;
+// sequence states carry the peers' states.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -18,6 +23,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/gpu_weights.h"
 #include "gpu/moe_grouped.h"
+#include "gpu/tp_group.h"
 #include "model/model_config.h"
 
 namespace dsv4::gpu {
@@ -42,6 +48,7 @@ struct GpuSequenceState {
   std::vector<GpuLayerCache> layers;  // trunk layers, then MTP blocks
   int64_t length = 0;
   int64_t mtp_length = 0;
+  std::vector<GpuSequenceState> peers;  // tensor parallelism: ranks 1.. (their own devices)
 };
 
 struct GpuForwardOutput {
@@ -82,7 +89,24 @@ class GpuModel {
   std::vector<float> mtp_forward(GpuSequenceState& state, std::span<const float> streams,
                                  std::span<const int32_t> next_ids, int64_t start_pos);
 
+  // Benchmarks only: makes a fresh state look like `length` prefilled positions without
+  // running the prefill — window ring, compressed entries and indexer keys get random
+  // values (seeded), compressor states stay reset. Decode from it costs what decode after a
+  // real prefill of that length costs; its logits mean nothing.
+  void fill_for_benchmark(GpuSequenceState& state, int64_t length, uint64_t seed);
+
  private:
+  // Builds a model of tp ranks (weights(rank) runs on that rank's device and thread).
+  static std::unique_ptr<GpuModel> build_ranks(
+      const model::ModelConfig& config, GpuModelOptions opts,
+      const std::function<std::unique_ptr<GpuWeights>(int rank)>& weights);
+  // This rank's part of the public calls.
+  GpuSequenceState new_sequence_shard() const;
+  GpuForwardOutput forward_shard(GpuSequenceState& state, std::span<const int32_t> tokens,
+                                 bool want_layer_streams, int64_t prompt_length, bool want_final_streams);
+  std::vector<float> mtp_forward_shard(GpuSequenceState& state, std::span<const float> streams,
+                                       std::span<const int32_t> next_ids, int64_t start_pos);
+
   struct Workspace;
   void block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
                      int64_t start_pos, int64_t n, int64_t window_len, float* streams);
@@ -101,6 +125,8 @@ class GpuModel {
   std::unique_ptr<GpuWeights> weights_;
   int64_t max_len_ = 0;
   int tp_rank_ = 0, tp_size_ = 1;
+  std::shared_ptr<TpGroup> tp_group_;                 // null with one rank
+  std::vector<std::unique_ptr<GpuModel>> peers_;      // rank 0 only: ranks 1..tp-1
   DeviceBuffer<float> rope_window_, rope_compress_;  // [max_len, pairs, 2]
   std::unique_ptr<Workspace> ws_;
   // Grouped tensor-core MoE (sm90_moe_fp4.cu) where its shape limits allow (FP4 experts,

@@ -86,10 +86,18 @@ struct GpuWeights {
   size_t total_bytes = 0;
 };
 
-// Uploads a checkpoint that already passed model::verify_checkpoint.
+// Uploads a checkpoint that already passed model::verify_checkpoint, onto the current device.
+// Tensor parallelism (tp_size > 1): rank tp_rank keeps heads [r·H/tp, (r+1)·H/tp) of wq_b
+// and attn_sink, output groups [r·G/tp, ...) of wo_a, the matching input columns of wo_b,
+// and intermediate rows [r·I/tp, ...) of every routed and shared expert's w1/w3 with the
+// matching columns of w2; everything else is replicated. A split must keep the scale blocks
+// whole (128 for FP8, 32 for FP4 inputs); the error names the tensor otherwise.
 std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt,
-                                           const model::ModelConfig& config);
-// Random weights of the right shapes and formats, generated on the device (seeded).
-std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed);
+                                           const model::ModelConfig& config, int tp_rank = 0,
+                                           int tp_size = 1);
+// Random weights of the right shapes and formats (this rank's part), generated on the
+// current device (seeded; ranks draw different values).
+std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed,
+                                          int tp_rank = 0, int tp_size = 1);
 
 }  // namespace dsv4::gpu

@@ -40,7 +40,7 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t blocks_p
 __global__ void lin8_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
                             int x_row_div, const uint8_t* __restrict__ w,
                             const uint8_t* __restrict__ ws, int64_t out, int64_t in,
-                            const int32_t* __restrict__ ids, float* __restrict__ y) {
+                            const int32_t* __restrict__ ids, float* __restrict__ y, bool round_out) {
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   const int64_t r = blockIdx.y;
@@ -63,13 +63,13 @@ __global__ void lin8_kernel(const uint8_t* __restrict__ xq, const float* __restr
     p = warp_sum(p);
     acc += float(p) * (sxr[kb] * e8m0_to_float(srow[kb]));
   }
-  if (lane == 0) y[r * out + o] = round_bf16(acc);
+  if (lane == 0) y[r * out + o] = round_out ? round_bf16(acc) : acc;
 }
 
 __global__ void lin4_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
                             int x_row_div, const uint8_t* __restrict__ w,
                             const uint8_t* __restrict__ ws, int64_t out, int64_t in,
-                            const int32_t* __restrict__ ids, float* __restrict__ y) {
+                            const int32_t* __restrict__ ids, float* __restrict__ y, bool round_out) {
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   const int64_t r = blockIdx.y;
@@ -96,7 +96,7 @@ __global__ void lin4_kernel(const uint8_t* __restrict__ xq, const float* __restr
       acc += (float(pj) * sx) * e8m0_to_float(srow[it * 4 + j]);
     }
   }
-  if (lane == 0) y[r * out + o] = round_bf16(acc);
+  if (lane == 0) y[r * out + o] = round_out ? round_bf16(acc) : acc;
 }
 
 __global__ void dense_kernel(const float* __restrict__ x, int64_t x_stride, const void* __restrict__ w,
@@ -156,7 +156,8 @@ void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, 
 }
 
 void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
-          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s) {
+          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
+          bool round_out) {
   DSV4_CHECK(in % 128 == 0, "Lin8 input width ", in, " is not a multiple of 128");
   if (rows == 0) return;
   const double wrows8 = ids ? double(rows) : 1.0, xrows8 = double((rows + x_row_div - 1) / x_row_div);
@@ -164,12 +165,13 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   wrows8 * (double(out) * in + double((out + 127) / 128) * ((in + 127) / 128)) +
                       xrows8 * in * (1 + 4.0 / 128) + double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
-  lin8_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y);
+  lin8_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
   CUDA_CHECK_LAUNCH();
 }
 
 void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
-          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s) {
+          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
+          bool round_out) {
   DSV4_CHECK(in % 128 == 0, "Lin4 input width ", in, " is not a multiple of 128");
   if (rows == 0) return;
   const double wrows4 = ids ? double(rows) : 1.0, xrows4 = double((rows + x_row_div - 1) / x_row_div);
@@ -177,7 +179,7 @@ void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   wrows4 * (double(out) * in / 2 + double(out) * in / 32) + xrows4 * in * (1 + 4.0 / 128) +
                       double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
-  lin4_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y);
+  lin4_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -117,13 +117,13 @@ __global__ void swiglu_kernel(const float* g, const float* u, const float* weigh
 }
 
 __global__ void combine_kernel(const float* routed, const float* shared, int64_t n, int k, int64_t dim,
-                               float* f) {
+                               float* f, bool round_out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * dim) return;
   const int64_t t = i / dim, c = i % dim;
   float acc = 0.0f;
   for (int j = 0; j < k; ++j) acc += routed[(t * k + j) * dim + c];
-  f[i] = round_bf16(acc + shared[i]);
+  f[i] = round_out ? round_bf16(acc + shared[i]) : acc + shared[i];
 }
 
 }  // namespace
@@ -149,10 +149,10 @@ void swiglu(const float* g, const float* u, const float* weight, int64_t rows, i
 }
 
 void moe_combine(const float* routed, const float* shared, int64_t n, int k, int64_t dim, float* f,
-                 cudaStream_t s) {
+                 cudaStream_t s, bool round_out) {
   if (n == 0) return;
   prof::Launch pl("moe_combine", double(n) * k * dim * 4 + double(n) * dim * 8, s);
-  combine_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(routed, shared, n, k, dim, f);
+  combine_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(routed, shared, n, k, dim, f, round_out);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -16,12 +16,15 @@ namespace dsv4::gpu {
 // Q8 activation quantization (block 128): x [rows, in] → codes [rows, in], scales [rows, in/128].
 void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, float* scales,
                       cudaStream_t s);
-// Lin8: y [rows, out] = bf16(Σ_kb fp32(exact partial)·(s_x·s_w)).
+// Lin8: y [rows, out] = bf16(Σ_kb fp32(exact partial)·(s_x·s_w)); round_out = false keeps
+// the fp32 sum (a tensor-parallel partial, rounded after the all-reduce).
 void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
-          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s);
+          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
+          bool round_out = true);
 // Lin4: 32-wide blocks, acc += (partial·s_x)·s_w.
 void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
-          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s);
+          const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
+          bool round_out = true);
 // Dense linear in double, rounded to fp32 once (then to bf16 when round_bf16), then
 // optionally y = bf16(y·post_scale) (post_scale != 0). w_bf16 selects the weight dtype.
 // Grouped: output row o reads x[(o / out_per_group)·in ...] inside a row of x_stride
@@ -48,6 +51,8 @@ void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s);
 // streams [n, hc, D] = embed[ids[t]] replicated (embed: bf16 [vocab, D]).
 void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, int64_t dim,
                 float* streams, cudaStream_t s);
+// x[i] = bf16(x[i]) in place (after a tensor-parallel fp32 sum).
+void round_bf16_values(float* x, int64_t count, cudaStream_t s);
 // out [n, D] = bf16(a + b) elementwise, b indexed as b[(i / dim) / b_div·dim + i % dim].
 void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div, float* out,
               cudaStream_t s);
@@ -122,9 +127,9 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
 // h [rows, inter] = bf16(weight[r]·silu(min(g, lim))·clamp(u, ±lim)); weight null = 1 (none).
 void swiglu(const float* g, const float* u, const float* weight, int64_t rows, int64_t inter,
             float limit, float* h, cudaStream_t s);
-// f [n, D] = bf16(Σ_j routed[t·k + j] (in order) + shared[t]).
+// f [n, D] = bf16(Σ_j routed[t·k + j] (in order) + shared[t]) (fp32 when !round_out).
 void moe_combine(const float* routed, const float* shared, int64_t n, int k, int64_t dim, float* f,
-                 cudaStream_t s);
+                 cudaStream_t s, bool round_out = true);
 
 // ---- dummy.cu -------------------------------------------------------------------------
 // Random weights in checkpoint formats (seeded hash, deterministic).

@@ -92,6 +92,11 @@ __global__ void add_bf16_kernel(const float* a, const float* b, int64_t total, i
   out[i] = round_bf16(a[i] + b[(row / b_div) * dim + k]);
 }
 
+__global__ void round_bf16_kernel(float* x, int64_t total) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) x[i] = round_bf16(x[i]);
+}
+
 unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((total + threads - 1) / threads); }
 
 }  // namespace
@@ -150,6 +155,13 @@ void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div,
   if (n == 0) return;
   prof::Launch pl("add_bf16", double(n) * dim * 8 + double(n / b_div) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   add_bf16_kernel<<<blocks_for(n * dim, 256), 256, 0, s>>>(a, b, n * dim, dim, b_div, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void round_bf16_values(float* x, int64_t count, cudaStream_t s) {
+  if (count == 0) return;
+  prof::Launch pl("round_bf16", double(count) * 8, s);
+  round_bf16_kernel<<<blocks_for(count, 256), 256, 0, s>>>(x, count);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -32,12 +32,16 @@ namespace dsv4::gpu::prof {
 
 namespace detail {
 extern std::atomic<bool> g_enabled;
+inline thread_local bool t_muted = false;
 void begin(const char* kernel, const std::string& shape, double bytes, cudaStream_t s, void** token);
 void end(void* token, cudaStream_t s);
 }  // namespace detail
 
-inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed) && !detail::t_muted; }
 void set_enabled(bool on);
+// Launches from the calling thread are never recorded (tensor-parallel peer ranks: the
+// profile shows rank 0).
+inline void mute_this_thread() { detail::t_muted = true; }
 
 // RAII around one kernel launch. `shape` is built only when profiling is on.
 class Launch {

@@ -1,0 +1,151 @@
+// TpGroup: worker threads (one per extra device) and NCCL communicators (ncclCommInitAll).
+#include "gpu/tp_group.h"
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+#include "gpu/profiler.h"
+
+#if DSV4_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace dsv4::gpu {
+
+#if DSV4_HAVE_NCCL
+#define NCCL_CHECK(expr)                                                                        \
+  do {                                                                                          \
+    const ncclResult_t dsv4_nccl_r_ = (expr);                                                   \
+    DSV4_CHECK(dsv4_nccl_r_ == ncclSuccess, "NCCL error in `", #expr, "`: ",                  \
+               ncclGetErrorString(dsv4_nccl_r_));                                               \
+  } while (0)
+#endif
+
+bool tp_supported() { return DSV4_HAVE_NCCL != 0; }
+
+namespace {
+
+// One thread bound to one device; runs one task at a time.
+class RankWorker {
+ public:
+  explicit RankWorker(int device) : thread_([this, device] { loop(device); }) {}
+  ~RankWorker() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void start(std::function<void()> task) {
+    std::lock_guard lock(mu_);
+    task_ = std::move(task);
+    done_ = false;
+    error_ = nullptr;
+    cv_.notify_all();
+  }
+  std::exception_ptr wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return error_;
+  }
+
+ private:
+  void loop(int device) {
+    const cudaError_t set = cudaSetDevice(device);
+    prof::mute_this_thread();
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || task_ != nullptr; });
+        if (stop_) return;
+        task = std::move(task_);
+        task_ = nullptr;
+      }
+      std::exception_ptr err;
+      try {
+        CUDA_CHECK(set);
+        task();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mu_);
+        error_ = err;
+        done_ = true;
+      }
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> task_;
+  bool stop_ = false, done_ = true;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+struct TpGroup::Impl {
+  std::vector<std::unique_ptr<RankWorker>> workers;  // ranks 1 .. size-1
+#if DSV4_HAVE_NCCL
+  std::vector<ncclComm_t> comms;
+#endif
+};
+
+TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
+  DSV4_CHECK(size >= 1, "--tp must be >= 1, got ", size);
+  int devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  DSV4_CHECK(size <= devices, "--tp ", size, " needs ", size, " GPUs; this machine has ", devices);
+  if (size == 1) return;
+#if DSV4_HAVE_NCCL
+  impl_->comms.resize(static_cast<size_t>(size));
+  std::vector<int> devs(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) devs[r] = r;
+  NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), size, devs.data()));
+  for (int r = 1; r < size; ++r) impl_->workers.push_back(std::make_unique<RankWorker>(r));
+#else
+  DSV4_FAIL("--tp ", size, " needs NCCL, and this build has none (nccl.h was not found at configure time)");
+#endif
+}
+
+TpGroup::~TpGroup() {
+  impl_->workers.clear();
+#if DSV4_HAVE_NCCL
+  for (ncclComm_t c : impl_->comms) ncclCommDestroy(c);
+#endif
+}
+
+void TpGroup::run(const std::function<void(int)>& f) {
+  for (int r = 1; r < size_; ++r) impl_->workers[r - 1]->start([&f, r] { f(r); });
+  std::exception_ptr first;
+  try {
+    CUDA_CHECK(cudaSetDevice(0));
+    f(0);
+  } catch (...) {
+    first = std::current_exception();
+  }
+  for (int r = 1; r < size_; ++r) {
+    std::exception_ptr e = impl_->workers[r - 1]->wait();
+    if (!first && e) first = e;
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void TpGroup::all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream) {
+  if (size_ == 1) return;
+#if DSV4_HAVE_NCCL
+  NCCL_CHECK(ncclAllReduce(x, x, static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comms[rank], stream));
+#else
+  (void)rank, (void)x, (void)count, (void)stream;
+#endif
+}
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,43 @@
+// Tensor parallelism inside one process: one worker thread per extra GPU and one NCCL
+// communicator per rank.
+//
+// Rank r runs on device r. run(f) calls f(0) on the calling thread (after cudaSetDevice(0))
+// and f(r) on worker thread r for r ≥ 1, waits for all, then rethrows the first exception.
+// Every rank must reach the same collectives in the same order: callers validate their
+// inputs before the first launch, identically on every rank.
+// all_reduce_sum(rank, x, count, stream): in-place fp32 sum of x [count] over the ranks
+// (NCCL); the result is identical on every rank.
+// Thread-safety: run() must not be called concurrently from two threads.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace dsv4::gpu {
+
+// True when this build links NCCL (tp_size > 1 needs it).
+bool tp_supported();
+
+class TpGroup {
+ public:
+  // Uses devices 0 .. size-1; throws when fewer devices exist or NCCL is missing.
+  explicit TpGroup(int size);
+  ~TpGroup();
+  TpGroup(const TpGroup&) = delete;
+  TpGroup& operator=(const TpGroup&) = delete;
+
+  int size() const { return size_; }
+  void run(const std::function<void(int rank)>& f);
+  void all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream);
+
+ private:
+  struct Impl;
+  int size_ = 1;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4::gpu
