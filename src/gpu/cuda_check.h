@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,18 @@ inline bool has_cuda_device() {
     return false;
   }
   return n > 0;
+}
+
+// Runs f() once per CUDA device (the current one), thread-safely: for per-device settings
+// such as cudaFuncSetAttribute, which tensor-parallel ranks need on each of their devices.
+// `flags` is the caller's static array (one flag per device id).
+constexpr int kMaxDevices = 64;
+template <class F>
+void call_once_per_device(std::once_flag (&flags)[kMaxDevices], F&& f) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  DSV4_CHECK(dev >= 0 && dev < kMaxDevices, "CUDA device id ", dev, " beyond ", kMaxDevices);
+  std::call_once(flags[dev], std::forward<F>(f));
 }
 
 template <class T>

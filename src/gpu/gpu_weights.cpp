@@ -1,11 +1,13 @@
 // Weight upload (checkpoint) and dummy generation, sharing one builder over a WeightSource.
 #include "gpu/gpu_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "base/check.h"
 #include "gpu/ops.h"
+#include "gpu/pinned_upload.h"
 #include "numerics/formats.h"
 
 namespace dsv4::gpu {
@@ -79,7 +81,7 @@ void split_fp8(const TensorView& t, const TensorView& s, int64_t out, int64_t in
 
 class CheckpointSource : public WeightSource {
  public:
-  explicit CheckpointSource(const checkpoint::Checkpoint& c) : c_(c) {}
+  CheckpointSource(const checkpoint::Checkpoint& c, PinnedUploader& up) : c_(c), up_(up) {}
   void lin8(const std::string& p, int64_t out, int64_t in, Split sp, Lin8W& w) override {
     const TensorView& t = c_.at(p + ".weight");
     const TensorView& s = c_.at(p + ".scale");
@@ -93,8 +95,8 @@ class CheckpointSource : public WeightSource {
     }
     std::vector<uint8_t> wv, sv;
     split_fp8(t, s, out, in, sp, wv, sv);
-    w.w.upload(wv);
-    w.s.upload(sv);
+    put(wv.data(), wv.size(), w.w);
+    put(sv.data(), sv.size(), w.s);
   }
   void dense(const std::string& name, int64_t out, int64_t in, DenseW& w) override {
     const TensorView& t = c_.at(name);
@@ -122,7 +124,7 @@ class CheckpointSource : public WeightSource {
     w.bf16 = true;
     w.out = nout;
     w.in = in;
-    w.w.upload(reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 2);
+    put(bits.data(), bits.size() * 2, w.w);
   }
   void vec(const std::string& name, int64_t n, VecKind, Split sp, DeviceBuffer<float>& v) override {
     const TensorView& t = c_.at(name);
@@ -138,7 +140,8 @@ class CheckpointSource : public WeightSource {
         std::memcpy(&f[i], t.data + i * 4, 4);
       }
     }
-    v.upload(f.data() + sp.first(n), static_cast<size_t>(sp.count(n)));
+    v.resize(static_cast<size_t>(sp.count(n)));
+    up_.copy(v.get(), f.data() + sp.first(n), v.bytes());
   }
   void tid2eid(const std::string& name, int64_t n, int experts, DeviceBuffer<int32_t>& v) override {
     const TensorView& t = c_.at(name);
@@ -156,13 +159,14 @@ class CheckpointSource : public WeightSource {
       DSV4_CHECK(x >= 0 && x < experts, name, ": expert id ", x, " out of range");
       ids[i] = static_cast<int32_t>(x);
     }
-    v.upload(ids);
+    v.resize(ids.size());
+    up_.copy(v.get(), ids.data(), v.bytes());
   }
   void embed(const std::string& name, int64_t n, DeviceBuffer<uint16_t>& v) override {
     const TensorView& t = c_.at(name);
     DSV4_CHECK(t.dtype == DType::kBF16 && t.numel() == n, name, " must be BF16 with ", n, " values");
     v.resize(static_cast<size_t>(n));
-    CUDA_CHECK(cudaMemcpy(v.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+    up_.copy(v.get(), t.data, t.nbytes);
   }
   void expert(const std::string& p, int e, bool fp4, int64_t out, int64_t in, Split sp, DeviceBuffer<uint8_t>& w,
               DeviceBuffer<uint8_t>& s) override {
@@ -172,8 +176,8 @@ class CheckpointSource : public WeightSource {
     const size_t sb = static_cast<size_t>(fp4 ? out * in / 32 : fp8_scale_count(out, in));
     DSV4_CHECK(t.nbytes == wb && sc.nbytes == sb, p, ": unexpected expert tensor sizes");
     if (sp.dim == Split::kAll) {
-      CUDA_CHECK(cudaMemcpy(w.get() + e * wb, t.data, wb, cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(s.get() + e * sb, sc.data, sb, cudaMemcpyHostToDevice));
+      up_.copy(w.get() + e * wb, t.data, wb);
+      up_.copy(s.get() + e * sb, sc.data, sb);
       return;
     }
     std::vector<uint8_t> wv, sv;
@@ -186,16 +190,18 @@ class CheckpointSource : public WeightSource {
     } else {
       split_fp8(t, sc, out, in, sp, wv, sv);
     }
-    CUDA_CHECK(cudaMemcpy(w.get() + e * wv.size(), wv.data(), wv.size(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(s.get() + e * sv.size(), sv.data(), sv.size(), cudaMemcpyHostToDevice));
+    up_.copy(w.get() + e * wv.size(), wv.data(), wv.size());
+    up_.copy(s.get() + e * sv.size(), sv.data(), sv.size());
   }
 
  private:
-  static void raw(const TensorView& t, DeviceBuffer<uint8_t>& b) {
-    b.resize(t.nbytes);
-    CUDA_CHECK(cudaMemcpy(b.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+  void raw(const TensorView& t, DeviceBuffer<uint8_t>& b) { put(t.data, t.nbytes, b); }
+  void put(const void* host, size_t bytes, DeviceBuffer<uint8_t>& b) {
+    b.resize(bytes);
+    up_.copy(b.get(), host, bytes);
   }
   const checkpoint::Checkpoint& c_;
+  PinnedUploader& up_;
 };
 
 class DummySource : public WeightSource {
@@ -377,8 +383,21 @@ std::unique_ptr<GpuWeights> build(WeightSource& src, const model::ModelConfig& c
 
 std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt, const model::ModelConfig& config,
                                            int tp_rank, int tp_size) {
-  CheckpointSource src(ckpt);
-  return build(src, config, tp_rank, tp_size);
+  // Expected bytes on this rank (progress line only): routed experts and wo_a are split
+  // (wo_a also widened to bf16), everything else is whole.
+  double expected = 0;
+  for (const auto& name : ckpt.names()) {
+    const double b = static_cast<double>(ckpt.at(name).nbytes);
+    if (name.find(".experts.") != std::string::npos) expected += b / tp_size;
+    else if (name.find(".wo_a.weight") != std::string::npos) expected += 2 * b / tp_size;
+    else expected += b;
+  }
+  const auto chunk = static_cast<size_t>(std::clamp(expected / 4, double(1 << 20), double(64 << 20)));
+  PinnedUploader up(expected, tp_rank == 0 && expected > double(1u << 30), chunk);
+  CheckpointSource src(ckpt, up);
+  auto w = build(src, config, tp_rank, tp_size);
+  up.finish();
+  return w;
 }
 
 std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed, int tp_rank,

@@ -237,12 +237,10 @@ void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
                                                keys_bytes(a.rows, a.max_visible));
   CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(a.rows) * 256 * sizeof(uint32_t), stream));
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    sizeof(ScoreSmem)));
-    attr_set = true;
-  }
+  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
+  call_once_per_device(attr_set, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(ScoreSmem)));
+  });
   if (a.max_visible > 0) {
     dim3 grid(unsigned((a.max_visible + kKeysPerCta - 1) / kKeysPerCta), unsigned(a.rows));
     score_kernel<<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(a, keys, hist);

@@ -12,18 +12,21 @@ size_t max_chunks(const MoeGroupedShape& s) {
   return max_positions(s) / moe4::kTok + size_t(s.experts) + 2;
 }
 
+// SMs of the current device; also sets the kernels' shared-memory limit, once per device
+// (the attribute is per device: tensor-parallel ranks each need it).
 int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+  static std::once_flag flags[kMaxDevices];
+  static int counts[kMaxDevices];
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  call_once_per_device(flags, [dev] {
+    CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     moe4::kSmemBytes));
     CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     moe4::kSmemBytes));
-    return v;
-  }();
-  return n;
+  });
+  return counts[dev];
 }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }

@@ -365,12 +365,10 @@ void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* w
   if (a.rows == 0) return;
   DSV4_CHECK(a.rows == p.rows, "plan built for ", p.rows, " rows, called with ", a.rows);
   DSV4_CHECK(p.splits == 1 || workspace != nullptr, "split-K needs a workspace");
-  static bool attr_set = false;  // cudaFuncSetAttribute is per process and device
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)));
-    attr_set = true;
-  }
+  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
+  call_once_per_device(attr_set, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)));
+  });
   float* ws = static_cast<float*>(workspace);
   sparse_decode_kernel<<<unsigned(a.rows) * p.splits, kThreads, sizeof(Smem), stream>>>(
       a, p.chunk, p.splits, ws);

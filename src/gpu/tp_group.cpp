@@ -1,9 +1,11 @@
 // TpGroup: worker threads (one per extra device) and NCCL communicators (ncclCommInitAll).
 #include "gpu/tp_group.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "base/check.h"
@@ -32,7 +34,8 @@ namespace {
 // One thread bound to one device; runs one task at a time.
 class RankWorker {
  public:
-  explicit RankWorker(int device) : thread_([this, device] { loop(device); }) {}
+  RankWorker(int device, std::function<void()> on_error)
+      : on_error_(std::move(on_error)), thread_([this, device] { loop(device); }) {}
   ~RankWorker() {
     {
       std::lock_guard lock(mu_);
@@ -73,6 +76,7 @@ class RankWorker {
         task();
       } catch (...) {
         err = std::current_exception();
+        on_error_();  // unblocks the ranks waiting for this one in a collective
       }
       {
         std::lock_guard lock(mu_);
@@ -87,16 +91,39 @@ class RankWorker {
   std::function<void()> task_;
   bool stop_ = false, done_ = true;
   std::exception_ptr error_;
+  std::function<void()> on_error_;
   std::thread thread_;
 };
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 }  // namespace
 
 struct TpGroup::Impl {
   std::vector<std::unique_ptr<RankWorker>> workers;  // ranks 1 .. size-1
+  std::once_flag abort_once;
+  std::atomic<bool> aborted{false};
+  std::string broken;  // set after a failed run(); guarded by run()'s single caller
 #if DSV4_HAVE_NCCL
   std::vector<ncclComm_t> comms;
 #endif
+  void abort() {
+    std::call_once(abort_once, [this] {
+      aborted = true;  // no new collective starts on an aborted communicator
+#if DSV4_HAVE_NCCL
+      for (ncclComm_t c : comms) ncclCommAbort(c);
+      comms.clear();
+#endif
+    });
+  }
 };
 
 TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
@@ -110,7 +137,7 @@ TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
   std::vector<int> devs(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) devs[r] = r;
   NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), size, devs.data()));
-  for (int r = 1; r < size; ++r) impl_->workers.push_back(std::make_unique<RankWorker>(r));
+  for (int r = 1; r < size; ++r) impl_->workers.push_back(std::make_unique<RankWorker>(r, [this] { impl_->abort(); }));
 #else
   DSV4_FAIL("--tp ", size, " needs NCCL, and this build has none (nccl.h was not found at configure time)");
 #endif
@@ -119,11 +146,12 @@ TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
 TpGroup::~TpGroup() {
   impl_->workers.clear();
 #if DSV4_HAVE_NCCL
-  for (ncclComm_t c : impl_->comms) ncclCommDestroy(c);
+  for (ncclComm_t c : impl_->comms) ncclCommDestroy(c);  // empty after an abort
 #endif
 }
 
 void TpGroup::run(const std::function<void(int)>& f) {
+  DSV4_CHECK(impl_->broken.empty(), "tensor-parallel group unusable after an earlier error: ", impl_->broken);
   for (int r = 1; r < size_; ++r) impl_->workers[r - 1]->start([&f, r] { f(r); });
   std::exception_ptr first;
   try {
@@ -131,17 +159,22 @@ void TpGroup::run(const std::function<void(int)>& f) {
     f(0);
   } catch (...) {
     first = std::current_exception();
+    if (size_ > 1) impl_->abort();
   }
   for (int r = 1; r < size_; ++r) {
     std::exception_ptr e = impl_->workers[r - 1]->wait();
     if (!first && e) first = e;
   }
-  if (first) std::rethrow_exception(first);
+  if (first) {
+    if (size_ > 1) impl_->broken = what_of(first);
+    std::rethrow_exception(first);
+  }
 }
 
 void TpGroup::all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream) {
   if (size_ == 1) return;
 #if DSV4_HAVE_NCCL
+  DSV4_CHECK(!impl_->aborted, "tensor-parallel communicators aborted after an error on another rank");
   NCCL_CHECK(ncclAllReduce(x, x, static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comms[rank], stream));
 #else
   (void)rank, (void)x, (void)count, (void)stream;

@@ -4,7 +4,10 @@
 // Rank r runs on device r. run(f) calls f(0) on the calling thread (after cudaSetDevice(0))
 // and f(r) on worker thread r for r ≥ 1, waits for all, then rethrows the first exception.
 // Every rank must reach the same collectives in the same order: callers validate their
-// inputs before the first launch, identically on every rank.
+// inputs before the first launch, identically on every rank. If a rank still fails (CUDA
+// error, out of memory), the others would wait in a collective forever; instead the group
+// aborts its communicators, run() rethrows the first error, and every later run() throws
+// "tensor-parallel group unusable" naming it (the model must be reloaded).
 // all_reduce_sum(rank, x, count, stream): in-place fp32 sum of x [count] over the ranks
 // (NCCL); the result is identical on every rank.
 // Thread-safety: run() must not be called concurrently from two threads.
