@@ -3,7 +3,7 @@
 # `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
-# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile,moe,attn] [bench-layers]
+# Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn] [bench-layers]
 #   moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
 # A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
@@ -13,7 +13,7 @@
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-device_logs}
-ONLY=kernels,golden,bench,serve,profile,moe,attn
+ONLY=kernels,decode,golden,bench,serve,profile,moe,attn
 if [ -f data/devpack/devbuild.tar.xz ] && [ ! -d data/devbuild ]; then
   tar -C data -xJf data/devpack/devbuild.tar.xz
 fi
@@ -83,7 +83,7 @@ serve_smoke() {
   kill -TERM $pid 2> /dev/null; wait $pid
   echo "server exit status: $?"
   grep -E "Decode batch|Prefill batch|CUDA runner|Engine:|error" "$OUT/serve_server.log" | head -n 12
-  if ! grep -q "cuda graph: False" "$OUT/serve_server.log"; then echo "no 'cuda graph: False' batch line"; rc=1; fi
+  if ! grep -q "cuda graph: True" "$OUT/serve_server.log"; then echo "no 'cuda graph: True' batch line"; rc=1; fi
   return $rc
 }
 
@@ -92,6 +92,7 @@ want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 1
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
+want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
 want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
@@ -102,7 +103,7 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT"/kernels.log "$OUT"/golden.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/golden.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
 grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null
 grep -h -E "^HBM|^decode step|^roofline|^all kernels|^prefill [0-9]" "$OUT"/profile.log 2>/dev/null

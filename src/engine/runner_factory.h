@@ -21,6 +21,7 @@ struct RunnerOptions {
   std::string model_config;         // dummy: config.json path (default: <model_dir>/config.json)
   int num_layers = 0;               // > 0: keep only the first N trunk layers (memory; dummy/dev)
   uint64_t dummy_seed = 1234;
+  int cuda_graph_max_bs = 0;        // cuda only: decode CUDA graphs up to this batch (0 = none)
 };
 
 // Throws dsv4::Error when the model cannot be loaded or the device is not built in.
