@@ -3,7 +3,7 @@
 # `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
-# Usage: scripts/device_check.sh [--only kernels,golden,bench,serve,profile,moe,attn,tp,flash] [bench-layers]
+# Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,tp,flash] [bench-layers]
 #   tp:    tensor parallelism TP2 vs TP1 (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
 #          weights over FLASH_TP GPUs (default 2): time to ready + decode (FLASH_BATCH, FLASH_CONTEXT).
 #   tp and flash run only when named in --only.
@@ -16,7 +16,7 @@
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-device_logs}
-ONLY=kernels,golden,bench,serve,profile,moe,attn
+ONLY=kernels,decode,golden,bench,serve,profile,moe,attn
 if [ -f data/devpack/devbuild.tar.xz ] && [ ! -d data/devbuild ]; then
   tar -C data -xJf data/devpack/devbuild.tar.xz
 fi
@@ -86,7 +86,7 @@ serve_smoke() {
   kill -TERM $pid 2> /dev/null; wait $pid
   echo "server exit status: $?"
   grep -E "Decode batch|Prefill batch|CUDA runner|Engine:|error" "$OUT/serve_server.log" | head -n 12
-  if ! grep -q "cuda graph: False" "$OUT/serve_server.log"; then echo "no 'cuda graph: False' batch line"; rc=1; fi
+  if ! grep -q "cuda graph: True" "$OUT/serve_server.log"; then echo "no 'cuda graph: True' batch line"; rc=1; fi
   return $rc
 }
 
@@ -131,6 +131,7 @@ want flash && run flash_profile timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" prof
   --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
+want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
 want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
@@ -141,7 +142,7 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/golden.log "$OUT"/tp_test.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/golden.log "$OUT"/tp_test.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null

@@ -6,8 +6,10 @@
 // written); a warm-up runs; the decode steps are timed once without profiling (median wall
 // time per step, every forward returns after the device finished), then once more with the
 // kernel profiler on (CUDA events around every launch, gpu/profiler.h). Bytes per kernel
-// come from each launcher's own accounting. GpuModel has no batching yet: a step at --batch B
-// decodes the B sequences one after another (the output says so).
+// come from each launcher's own accounting. A step at --batch B is one batched
+// GpuModel::decode() of the B sequences, launched eagerly for those two passes; then (unless
+// --disable-cuda-graph) the same steps replay a captured CUDA graph, timed by wall clock and by
+// CUDA events on the model's stream around each decode() (input upload, replay, logits download).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,7 +33,7 @@ struct ProfileArgs {
   std::string model_dir, load_format = "auto", model_config;
   int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12, tp = 1;
   int64_t context = 512;
-  bool by_shape = false;
+  bool by_shape = false, disable_cuda_graph = false;
   uint64_t seed = 1234;
   std::string context_fill = "prefill";  // "prefill" | "random" (GpuModel::fill_for_benchmark)
 };
@@ -65,7 +67,7 @@ void profile(const ProfileArgs& a) {
   DSV4_CHECK(gpu::has_cuda_device(), "no CUDA device: `dsv4 profile` needs a visible NVIDIA GPU");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress stays visible when the run is cut short
   DSV4_CHECK(a.batch >= 1 && a.steps >= 1 && a.context >= 1 && a.warmup >= 0, "bad --batch/--steps/--context");
-  const int64_t max_len = a.context + a.warmup + 2 * a.steps + 8;
+  const int64_t max_len = a.context + 2 * a.warmup + 3 * a.steps + 16;
   gpu::GpuModelOptions go{.max_seq_len = max_len, .tp_size = a.tp};
   std::unique_ptr<gpu::GpuModel> m;
   std::string source;
@@ -93,8 +95,8 @@ void profile(const ProfileArgs& a) {
               m->weights().total_bytes / double(1 << 30), load_s);
   const double hbm = gpu::prof::measure_copy_bandwidth_gbs();
   std::printf("HBM bandwidth (1 GiB device-to-device copy, read + written): %.0f GB/s\n", hbm);
-  std::printf("batch %d, context %lld: GpuModel has no batching yet, so each step decodes the %d sequence(s) one "
-              "after another; timing: CUDA events around every launch (eager launches, no CUDA graphs)\n",
+  std::printf("batch %d, context %lld: each step is one batched decode() of the %d sequence(s); kernel timing: CUDA "
+              "events around every launch (eager launches)\n",
               a.batch, static_cast<long long>(a.context), a.batch);
 
   // Prefill every sequence (the first one profiled).
@@ -122,12 +124,15 @@ void profile(const ProfileArgs& a) {
       prefill_rows = gpu::prof::collect(false);
     }
   }
-  auto step = [&](int s) {
-    for (int b = 0; b < a.batch; ++b) {
-      const int32_t tok = static_cast<int32_t>((s * 31 + b * 131 + 5) % V);
-      m->forward(seqs[b], std::span(&tok, 1), false, 0, false);
-    }
+  std::vector<gpu::GpuSequenceState*> seq_ptrs;
+  for (auto& sq : seqs) seq_ptrs.push_back(&sq);
+  std::vector<int32_t> toks(static_cast<size_t>(a.batch));
+  std::vector<float> logits(static_cast<size_t>(a.batch) * static_cast<size_t>(V));
+  auto step_mode = [&](int s, gpu::GpuModel::DecodeMode mode) {
+    for (int b = 0; b < a.batch; ++b) toks[b] = static_cast<int32_t>((s * 31 + b * 131 + 5) % V);
+    m->decode(seq_ptrs, toks, logits, mode);
   };
+  auto step = [&](int s) { step_mode(s, gpu::GpuModel::DecodeMode::kEager); };
   int s = 0;
   for (int i = 0; i < a.warmup; ++i) step(s++);
   std::vector<double> step_us;
@@ -153,16 +158,64 @@ void profile(const ProfileArgs& a) {
     std::printf("prefill %lld tokens (sequence 0, profiled): %.3f s = %.0f tokens/s\n",
                 static_cast<long long>(a.context), prefill_s, a.context / prefill_s);
   }
-  std::printf("decode step (batch %d, %d steps after %d warm-up, unprofiled): median %.0f us, min %.0f, max %.0f -> "
-              "%.1f tokens/s; profiled steps: %.0f us\n",
+  std::printf("decode step (batch %d, %d steps after %d warm-up, unprofiled, eager): median %.0f us, min %.0f, max %.0f "
+              "-> %.1f tokens/s; profiled steps: %.0f us\n",
               a.batch, a.steps, a.warmup, med, step_us.front(), step_us.back(), a.batch / (med * 1e-6), prof_step_us);
+  // The per-sequence path for comparison: B single-token forward() calls per step.
+  std::vector<double> seq_us;
+  for (int i = 0; i < std::min(a.steps, 4) && a.batch > 1; ++i) {
+    for (int b = 0; b < a.batch; ++b) toks[b] = static_cast<int32_t>((s * 31 + b * 131 + 5) % V);
+    const auto t0 = Clock::now();
+    for (int b = 0; b < a.batch; ++b) m->forward(seqs[b], std::span(&toks[b], 1), false, 0, false);
+    seq_us.push_back(seconds_since(t0) * 1e6);
+    ++s;
+  }
+  if (!seq_us.empty()) {
+    std::sort(seq_us.begin(), seq_us.end());
+    std::printf("same step as %d sequential single-token forward() calls: median %.0f us -> batched decode is %.2fx "
+                "faster\n",
+                a.batch, seq_us[seq_us.size() / 2], seq_us[seq_us.size() / 2] / med);
+  }
+  if (!a.disable_cuda_graph) {
+    // CUDA graph for this batch size only (the list ends at --batch), captured on first use.
+    m->enable_decode_graphs(a.batch);
+    const auto tc = Clock::now();
+    step_mode(s++, gpu::GpuModel::DecodeMode::kAuto);
+    const double capture_s = seconds_since(tc);
+    for (int i = 0; i < a.warmup; ++i) step_mode(s++, gpu::GpuModel::DecodeMode::kAuto);
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<double> wall_us, event_us;
+    for (int i = 0; i < a.steps; ++i) {
+      const auto t0 = Clock::now();
+      CUDA_CHECK(cudaEventRecord(e0, m->stream()));
+      step_mode(s++, gpu::GpuModel::DecodeMode::kAuto);
+      CUDA_CHECK(cudaEventRecord(e1, m->stream()));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      wall_us.push_back(seconds_since(t0) * 1e6);
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      event_us.push_back(1000.0 * ms);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(wall_us.begin(), wall_us.end());
+    std::sort(event_us.begin(), event_us.end());
+    const double gmed = wall_us[wall_us.size() / 2];
+    std::printf("decode step with CUDA graph replay (batch %d, graph size %d, first call incl. capture %.1f ms): median "
+                "%.0f us wall (min %.0f, max %.0f), %.0f us between CUDA events on the stream -> %.1f tokens/s; "
+                "eager/graph = %.2fx\n",
+                a.batch, m->decode_graph_sizes().back(), capture_s * 1e3, gmed, wall_us.front(), wall_us.back(),
+                event_us[event_us.size() / 2], a.batch / (gmed * 1e-6), med / gmed);
+  }
   const auto need = gpu::prof::decode_must_read(*m, a.batch, a.context);
   const double batched = need.total(a.batch);
   const auto one = gpu::prof::decode_must_read(*m, 1, a.context);
   const double sequential = a.batch * one.total(1);
   std::printf("roofline (bytes that must be read per step / %.0f GB/s): batched %.4g B (dense %.4g + experts %.4g "
-              "[%.1f of %d per layer] + state %d x %.4g) -> %.1f us/step; as run here (%d sequential forwards) "
-              "%.4g B -> %.1f us/step; measured step = %.1fx the batched bound\n",
+              "[%.1f of %d per layer] + state %d x %.4g) -> %.1f us/step (%d sequential forwards would read %.4g B "
+              "-> %.1f us); measured eager step = %.1fx the batched bound\n",
               hbm, batched, need.dense_weights, need.expert_weights, need.expected_experts_per_layer,
               cfg.n_routed_experts, a.batch, need.state_per_sequence, batched / (hbm * 1e3), a.batch, sequential,
               sequential / (hbm * 1e3), med / (batched / (hbm * 1e3)));
@@ -196,6 +249,7 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Warm-up decode steps")->capture_default_str();
   cmd->add_flag("--by-shape", args->by_shape, "Also print a table per (kernel, shape)");
+  cmd->add_flag("--disable-cuda-graph", args->disable_cuda_graph, "Skip the CUDA-graph replay timing");
   cmd->add_option("--top", args->top, "Rows of the per-shape and prefill tables")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Dummy weight seed")->capture_default_str();
   cmd->callback([args] { profile(*args); });

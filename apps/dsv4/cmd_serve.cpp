@@ -4,6 +4,7 @@
 // Start-up order: bind the port (fail fast when taken) -> HTTP threads up, /health 503 ->
 // tokenizer + model load -> engine thread -> /health 200. SIGTERM/SIGINT drain: new
 // requests get 503, in-flight ones finish, exit status 0.
+#include <algorithm>
 #include <unistd.h>
 
 #include <csignal>
@@ -42,7 +43,17 @@ struct ServeArgs {
   int64_t decode_log_interval = 40;
   double mem_fraction_static = 0.88;
   int http_threads = 4, num_threads = 0, tp_size = 1;
+  // CUDA graphs for decode (SGLang's flags): batch sizes 1, 2, 4, 8, 12, 16, 24, 32, 40, …
+  // up to min(--cuda-graph-max-bs, --max-running-requests); larger batches decode eagerly.
+  int cuda_graph_max_bs = 64;
+  bool disable_cuda_graph = false;
 };
+
+// Largest decode batch captured in a CUDA graph (0: none).
+int effective_cuda_graph_max_bs(const ServeArgs& a) {
+  if (a.device != "cuda" || a.disable_cuda_graph) return 0;
+  return static_cast<int>(std::min<int64_t>(a.cuda_graph_max_bs, a.max_running_requests));
+}
 
 // "2G", "512M", "1048576", "4GiB" -> bytes.
 int64_t parse_bytes(const std::string& text) {
@@ -137,6 +148,7 @@ void serve(const ServeArgs& a) {
         ro.model_config = a.model_config;
         ro.num_layers = a.num_layers;
         ro.tp_size = a.tp_size;
+        ro.cuda_graph_max_bs = effective_cuda_graph_max_bs(a);
         runner = engine::make_runner(ro);
       }
       engine::EngineConfig ec;
@@ -150,7 +162,7 @@ void serve(const ServeArgs& a) {
       ec.eos_ids = {codec->eos_id()};
       ec.detokenizer = codec->detokenizer_factory();
       ec.decode_log_interval = a.decode_log_interval;
-      ec.cuda_graph = false;
+      ec.cuda_graph = effective_cuda_graph_max_bs(a) > 0;  // cuda with decode graphs
       engine = std::make_unique<engine::Engine>(ec, std::move(runner));
       engine->start();
       service.attach(*engine, *codec);
@@ -212,6 +224,12 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--http-threads", args->http_threads, "HTTP I/O threads")->capture_default_str();
   cmd->add_option("--num-threads", args->num_threads, "CPU backend threads (0 = default)")->capture_default_str();
+  cmd->add_option("--cuda-graph-max-bs", args->cuda_graph_max_bs,
+                  "CUDA backend: capture decode CUDA graphs for batches up to N (1..256; capped by "
+                  "--max-running-requests)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--disable-cuda-graph", args->disable_cuda_graph, "CUDA backend: decode eagerly (no CUDA graphs)");
   cmd->callback([args] { serve(*args); });
 });
 

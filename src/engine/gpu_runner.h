@@ -6,7 +6,9 @@
 // its device bytes are fixed per sequence: cache_layout() describes them as one kState pool
 // so the engine's KvCacheManager counts sequences against its byte budget (admission). The
 // runner never reads those host pages.
-// Items of one forward() run one after another (GpuModel has no batching yet).
+// Items of one forward(): the decode items (one token, continuing past the prompt) run as ONE
+// batched GpuModel::decode() (a CUDA-graph replay when graphs are enabled, padded to the next
+// captured batch size); the others (prefill chunks, multi-token steps) one forward() each.
 // Compiled only when the CUDA backend is built (DSV4_WITH_CUDA).
 #pragma once
 
@@ -18,10 +20,16 @@
 
 namespace dsv4::engine {
 
+struct GpuRunnerOptions {
+  // CUDA graphs for decode batches of up to this many sequences, captured at construction
+  // (GpuModel::decode_graph_batch_sizes); 0 = eager decode only.
+  int cuda_graph_max_bs = 0;
+};
+
 class GpuRunner : public ModelRunner {
  public:
   // The model's max_seq_len is the runner's max context.
-  explicit GpuRunner(std::unique_ptr<gpu::GpuModel> model);
+  explicit GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions options = {});
   ~GpuRunner() override;
 
   int64_t vocab_size() const override { return model_->config().vocab_size; }
@@ -35,6 +43,7 @@ class GpuRunner : public ModelRunner {
   int64_t state_bytes_per_sequence() const { return state_bytes_; }
   int64_t live_sequences() const { return static_cast<int64_t>(states_.size()); }
   gpu::GpuModel& model() { return *model_; }
+  bool cuda_graphs() const { return model_->decode_graphs_enabled(); }
 
  private:
   std::unique_ptr<gpu::GpuModel> model_;

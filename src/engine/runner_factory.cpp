@@ -42,7 +42,8 @@ std::unique_ptr<ModelRunner> make_gpu_runner(const RunnerOptions& options) {
     model = gpu::GpuModel::load(options.model_dir, go);
     log::info(str_cat("Model: ", options.model_dir, " on the GPU"));
   }
-  return std::make_unique<GpuRunner>(std::move(model));
+  return std::make_unique<GpuRunner>(std::move(model),
+                                     GpuRunnerOptions{.cuda_graph_max_bs = options.cuda_graph_max_bs});
 }
 #endif
 

@@ -8,6 +8,7 @@
 // position r·entry, then Q8 simulation (attention) or Hadamard + Q4 (indexer).
 // Shapes: kv/score projections [n, width]; ape [r, width]; state [slots, width];
 // entries [num_entries, h].
+#include "gpu/compressor_device.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
@@ -16,50 +17,15 @@
 namespace dsv4::gpu {
 namespace {
 
-// Σ_s kv_s·softmax(score)_s over `count` slots (two segments: rows [0, r) column ca, rows
-// [r, 2r) column cb for overlap; one segment for non-overlap).
-__device__ float pool(const float* kv, const float* sc, int width, int r, bool overlap, int ca, int cb) {
-  const int count = overlap ? 2 * r : r;
-  auto at = [&](const float* base, int sidx) {
-    return (overlap && sidx >= r) ? base[sidx * width + cb] : base[sidx * width + ca];
-  };
-  float m = -INFINITY;
-  for (int i = 0; i < count; ++i) m = fmaxf(m, at(sc, i));
-  float sum = 0.0f;
-  for (int i = 0; i < count; ++i) sum += dexpf(at(sc, i) - m);
-  float out = 0.0f;
-  for (int i = 0; i < count; ++i) out += at(kv, i) * (dexpf(at(sc, i) - m) / sum);
-  return out;
-}
-
 __global__ void step_kernel(const float* __restrict__ kv, const float* __restrict__ score,
                             const float* __restrict__ ape, int64_t n, int64_t start_pos, int r, int h,
                             bool overlap, float* st_kv, float* st_sc, float* entries) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= h) return;
   const int width = overlap ? 2 * h : h;
-  const int ncols = overlap ? 2 : 1;
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t pos = start_pos + t;
-    const int slot = int(pos % r);
-    const int row = overlap ? r + slot : slot;
-    for (int ci = 0; ci < ncols; ++ci) {
-      const int col = c + ci * h;
-      st_kv[row * width + col] = kv[t * width + col];
-      st_sc[row * width + col] = score[t * width + col] + ape[slot * width + col];
-    }
-    if ((pos + 1) % r != 0) continue;
-    const int64_t entry = pos / r;
-    entries[entry * h + c] = pool(st_kv, st_sc, width, r, overlap, c, h + c);
-    if (overlap) {
-      for (int s = 0; s < r; ++s)
-        for (int ci = 0; ci < 2; ++ci) {
-          const int col = c + ci * h;
-          st_kv[s * width + col] = st_kv[(r + s) * width + col];
-          st_sc[s * width + col] = st_sc[(r + s) * width + col];
-        }
-    }
-  }
+  for (int64_t t = 0; t < n; ++t)
+    detail::compressor_token(kv + t * width, score + t * width, ape, start_pos + t, r, h, overlap, c, st_kv, st_sc,
+                             entries);
 }
 
 // Block per entry, h threads (h ≤ 1024, a power of two for the indexer's Hadamard).
@@ -68,55 +34,7 @@ __global__ void finish_kernel(float* entries, int64_t first, int h, const float*
   __shared__ double red[32];
   extern __shared__ double buf[];
   const int64_t entry = first + blockIdx.x;
-  float* e = entries + entry * h;
-  const int k = threadIdx.x;
-  const float v = round_bf16(e[k]);
-  const double ss = block_sum(double(v) * double(v), red);
-  const float ms = float(ss / double(h));
-  const float rs = 1.0f / sqrtf(ms + eps);
-  e[k] = round_bf16(norm[k] * (v * rs));
-  __syncthreads();
-  const int rope0 = h - 2 * pairs;
-  if (k >= rope0 && ((k - rope0) & 1) == 0) {
-    const int i = (k - rope0) / 2;
-    const int64_t pos = entry * r;
-    const float c = table[(pos * pairs + i) * 2], sn = table[(pos * pairs + i) * 2 + 1];
-    const float a = e[k], b = e[k + 1];
-    e[k] = round_bf16(a * c - b * sn);
-    e[k + 1] = round_bf16(a * sn + b * c);
-  }
-  __syncthreads();
-  if (!indexer) {
-    // Q8 (block 64) on the no-rope dims: one thread per block.
-    if (k < rope0 / 64) {
-      float* blk = e + k * 64;
-      float amax = 0.0f;
-      for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(blk[i]));
-      const float sc = q8_block_scale(amax);
-      for (int i = 0; i < 64; ++i)
-        blk[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(blk[i] / sc, -448.0f), 448.0f))) * sc);
-    }
-    return;
-  }
-  buf[k] = e[k];
-  __syncthreads();
-  for (int s = 1; s < h; s *= 2) {
-    const double a = buf[k], b = buf[k ^ s];
-    const double nv = (k & s) ? b - a : a + b;
-    __syncthreads();
-    buf[k] = nv;
-    __syncthreads();
-  }
-  e[k] = round_bf16(float(buf[k]) * float(1.0 / sqrt(double(h))));
-  __syncthreads();
-  if (k < h / 32) {
-    float* blk = e + k * 32;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(blk[i]));
-    const float sc = q4_block_scale(amax);
-    for (int i = 0; i < 32; ++i)
-      blk[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(blk[i] / sc, -6.0f), 6.0f))) * sc);
-  }
+  detail::compressor_finish_entry(entries + entry * h, entry, h, norm, eps, r, table, pairs, indexer, red, buf);
 }
 
 __global__ void reset_kernel(float* kv, float* sc, int64_t count) {

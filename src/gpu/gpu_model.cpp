@@ -2,12 +2,16 @@
 // (cpu/model.cpp, attention.cpp, compressor.cpp, indexer.cpp, moe.cpp).
 #include "gpu/gpu_model.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <cmath>
 
 #include "base/check.h"
+#include "gpu/gpu_model_workspace.h"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
 #include "model/rope_policy.h"
@@ -36,24 +40,7 @@ int64_t window_part(int64_t start_pos, int64_t n, int64_t prompt_length, int win
   return window;
 }
 
-template <class T>
-T* grow(DeviceBuffer<T>& b, int64_t count) {
-  b.reserve(static_cast<size_t>(std::max<int64_t>(count, 1)));
-  return b.get();
-}
-
 }  // namespace
-
-// Scratch buffers, grown on demand (contents never outlive one call).
-struct GpuModel::Workspace {
-  DeviceBuffer<int32_t> ids, eids, esel, sel, sel_count;
-  DeviceBuffer<float> streams, mixed, x, post, comb, mixes, sub;
-  DeviceBuffer<uint8_t> qa, qb;
-  DeviceBuffer<float> sa, sb;
-  DeviceBuffer<float> tq, qr, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iq, iw, scores;
-  DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;
-  DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;
-};
 
 GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weights, GpuModelOptions opts)
     : config_(std::move(config)),
@@ -61,20 +48,25 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
       tp_rank_(opts.tp_rank),
       tp_size_(opts.tp_size),
       ws_(std::make_unique<Workspace>()) {
+  active_ws_ = ws_.get();
   DSV4_CHECK(tp_size_ >= 1 && tp_rank_ >= 0 && tp_rank_ < tp_size_, "tensor-parallel rank ", tp_rank_, " of ",
              tp_size_);
   max_len_ = opts.max_seq_len > 0 ? std::min<int64_t>(opts.max_seq_len, config_.max_position_embeddings)
                                   : std::min<int64_t>(config_.max_position_embeddings, 65536);
   upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
   upload_rope(model::rope_params(config_, true), max_len_, rope_compress_);
+  CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: ordered after legacy-stream uploads
 }
 
-GpuModel::~GpuModel() = default;
+GpuModel::~GpuModel() {
+  release_decode_graphs();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
 
 void GpuModel::tp_reduce(float* x, int64_t count) {
   if (tp_size_ == 1) return;
-  tp_group_->all_reduce_sum(tp_rank_, x, count, nullptr);
-  round_bf16_values(x, count, nullptr);
+  tp_group_->all_reduce_sum(tp_rank_, x, count, stream_);
+  round_bf16_values(x, count, stream_);
 }
 
 std::unique_ptr<GpuModel> GpuModel::build_ranks(const model::ModelConfig& config, GpuModelOptions opts,
@@ -147,6 +139,37 @@ std::vector<float> GpuModel::mtp_forward(GpuSequenceState& state, std::span<cons
   return out;
 }
 
+void GpuModel::decode(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
+                      std::span<float> logits, DecodeMode mode) {
+  if (peers_.empty()) return decode_shard(seqs, tokens, logits, mode);
+  std::vector<std::vector<GpuSequenceState*>> peer_seqs(peers_.size());
+  for (GpuSequenceState* s : seqs) {
+    DSV4_CHECK(s != nullptr && s->peers.size() == peers_.size(), "decode: a sequence state lacks its peer states");
+    for (size_t p = 0; p < peers_.size(); ++p) peer_seqs[p].push_back(&s->peers[p]);
+  }
+  tp_group_->run([&](int r) {
+    if (r == 0) {
+      decode_shard(seqs, tokens, logits, mode);
+    } else {
+      GpuModel& peer = *peers_[r - 1];
+      peer.peer_logits_.resize(logits.size());
+      peer.decode_shard(peer_seqs[r - 1], tokens, peer.peer_logits_, mode);
+    }
+  });
+}
+
+void GpuModel::enable_decode_graphs(int max_bs) {
+  if (peers_.empty()) return enable_decode_graphs_shard(max_bs);
+  tp_group_->run([&](int r) { (r == 0 ? *this : *peers_[r - 1]).enable_decode_graphs_shard(max_bs); });
+}
+
+double GpuModel::capture_decode_graphs() {
+  if (peers_.empty()) return capture_decode_graphs_shard();
+  const auto t0 = std::chrono::steady_clock::now();
+  tp_group_->run([&](int r) { (r == 0 ? *this : *peers_[r - 1]).capture_decode_graphs_shard(); });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint64_t seed) {
   DSV4_CHECK(state.length == 0 && length >= 1 && length < max_len_, "fill_for_benchmark: fresh state and 1 <= ",
              length, " < ", max_len_);
@@ -168,7 +191,9 @@ void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint6
   tp_group_->run([&](int r) { fill_one(r == 0 ? state : state.peers[r - 1]); });
 }
 
-GpuSequenceState GpuModel::new_sequence_shard() const {
+GpuSequenceState GpuModel::new_sequence_shard() const { return new_sequence_for(max_len_); }
+
+GpuSequenceState GpuModel::new_sequence_for(int64_t positions) const {
   GpuSequenceState s;
   const int total = config_.num_layers() + config_.num_nextn_predict_layers;
   s.layers.resize(static_cast<size_t>(total));
@@ -182,34 +207,34 @@ GpuSequenceState GpuModel::new_sequence_shard() const {
       const int64_t slots = (cw.overlap ? 2 : 1) * cw.ratio, width = (cw.overlap ? 2 : 1) * cw.head_dim;
       kv.resize(static_cast<size_t>(slots * width));
       sc.resize(static_cast<size_t>(slots * width));
-      compressor_reset(kv.get(), sc.get(), slots * width, nullptr);
-      entries.resize(static_cast<size_t>(std::max<int64_t>(1, max_len_ / cw.ratio) * cw.head_dim));
+      compressor_reset(kv.get(), sc.get(), slots * width, stream_);
+      entries.resize(static_cast<size_t>(std::max<int64_t>(1, positions / cw.ratio) * cw.head_dim));
     };
     if (bw.attn.compressor) reset(*bw.attn.compressor, c.comp_kv, c.comp_score, c.compressed);
     if (bw.attn.indexer) reset(bw.attn.indexer->compressor, c.index_kv, c.index_score, c.index_keys);
   }
-  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   return s;
 }
 
 void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,
                         int64_t start_pos, float* entries, bool indexer) {
-  Workspace& s = *ws_;
+  Workspace& s = *active_ws_;
   const int64_t width = (w.overlap ? 2 : 1) * int64_t{w.head_dim}, D = config_.hidden_size;
   float* pkv = grow(s.cproj_kv, n * width);
   float* psc = grow(s.cproj_sc, n * width);
-  dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, nullptr);
-  dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, nullptr);
+  dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, stream_);
+  dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, stream_);
   compressor_step(pkv, psc, w.ape.get(), n, start_pos, w.ratio, w.head_dim, w.overlap, st_kv, st_score, entries,
-                  nullptr);
+                  stream_);
   const int64_t first = start_pos / w.ratio, total = (start_pos + n) / w.ratio;
   compressor_finish(entries, first, total - first, w.head_dim, w.norm.get(), static_cast<float>(config_.rms_norm_eps),
-                    w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, indexer, nullptr);
+                    w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, indexer, stream_);
 }
 
 void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
                          int64_t start_pos, int64_t window_len, float* out) {
-  Workspace& s = *ws_;
+  Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
   const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
@@ -224,17 +249,17 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   float* tkv = grow(s.tkv, n * d);
   float* kv = grow(s.kv, n * d);
   // 1. q and window-KV paths.
-  quantize_q8_rows(x, n, D, qa, sa, nullptr);
-  lin8(qa, sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, nullptr);
-  lin8(qa, sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, nullptr);
-  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, nullptr);
-  quantize_q8_rows(qr, n, ql, qa, sa, nullptr);  // qa/sa now hold Q8(qr)
-  lin8(qa, sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, q, nullptr);
-  head_rms_bf16_rows(q, n * H, static_cast<int>(d), eps, nullptr);
-  rope_rows(q, n * H, d, H, start_pos, 1, rope, pairs, false, nullptr);
-  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, kv, nullptr);
-  rope_rows(kv, n, d, 1, start_pos, 1, rope, pairs, false, nullptr);
-  simulate_q8_rows(kv, n, d, static_cast<int>(d - rd), 64, nullptr);
+  quantize_q8_rows(x, n, D, qa, sa, stream_);
+  lin8(qa, sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, stream_);
+  lin8(qa, sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, stream_);
+  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, stream_);
+  quantize_q8_rows(qr, n, ql, qa, sa, stream_);  // qa/sa now hold Q8(qr)
+  lin8(qa, sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, q, stream_);
+  head_rms_bf16_rows(q, n * H, static_cast<int>(d), eps, stream_);
+  rope_rows(q, n * H, d, H, start_pos, 1, rope, pairs, false, stream_);
+  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, kv, stream_);
+  rope_rows(kv, n, d, 1, start_pos, 1, rope, pairs, false, stream_);
+  simulate_q8_rows(kv, n, d, static_cast<int>(d - rd), 64, stream_);
   DSV4_CHECK(start_pos + n <= max_len_, "positions up to ", start_pos + n, " exceed the GPU state's ", max_len_);
 
   // 2. Compressed entries and the indexer's choices.
@@ -247,18 +272,18 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
                true);
       float* iq = grow(s.iq, n * HI * dh);
       float* iw = grow(s.iw, n * HI);
-      lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, nullptr);
-      rope_rows(iq, n * HI, dh, HI, start_pos, 1, rope, pairs, false, nullptr);
-      hadamard_rows(iq, n * HI, dh, nullptr);
-      simulate_q4_rows(iq, n * HI, dh, dh, 32, nullptr);
+      lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
+      rope_rows(iq, n * HI, dh, HI, start_pos, 1, rope, pairs, false, stream_);
+      hadamard_rows(iq, n * HI, dh, stream_);
+      simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
       const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
-      dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, nullptr);
+      dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, stream_);
       const int64_t stride = std::max<int64_t>(1, (start_pos + n) / ratio);
       float* scores = grow(s.scores, n * stride);
       int32_t* sel = grow(s.sel, n * c.index_topk);
       int32_t* cnt = grow(s.sel_count, n);
-      index_scores(iq, iw, cache.index_keys.get(), n, start_pos, ratio, HI, dh, scores, stride, nullptr);
-      index_topk(scores, n, start_pos, ratio, stride, c.index_topk, sel, cnt, nullptr);
+      index_scores(iq, iw, cache.index_keys.get(), n, start_pos, ratio, HI, dh, scores, stride, stream_);
+      index_topk(scores, n, start_pos, ratio, stride, c.index_topk, sel, cnt, stream_);
       a.selected = sel;
       a.sel_count = cnt;
       a.sel_stride = c.index_topk;
@@ -283,21 +308,21 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   a.start_pos = start_pos;
   a.window_len = window_len;
   a.out = attn;
-  sparse_attention(a, nullptr);
-  window_ring_update(kv, n, start_pos, win, static_cast<int>(d), cache.window.get(), nullptr);
+  sparse_attention(a, stream_);
+  window_ring_update(kv, n, start_pos, win, static_cast<int>(d), cache.window.get(), stream_);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
-  rope_rows(attn, n * H, d, H, start_pos, 1, rope, pairs, true, nullptr);
+  rope_rows(attn, n * H, d, H, start_pos, 1, rope, pairs, true, stream_);
   const int64_t G = local_groups(), ro = c.o_lora_rank, group_in = H / G * d;
   float* z = grow(s.z, n * G * ro);
-  dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, nullptr);
-  quantize_q8_rows(z, n, G * ro, qa, sa, nullptr);
+  dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
+  quantize_q8_rows(z, n, G * ro, qa, sa, stream_);
   const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce
-  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, nullptr, whole);
+  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, stream_, whole);
   tp_reduce(out, n * D);
 }
 
 void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out) {
-  Workspace& s = *ws_;
+  Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, E = c.n_routed_experts, inter = local_inter();
   const int k = c.num_experts_per_tok;
@@ -305,9 +330,9 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   float* logits = grow(s.logits_e, n * E);
   int32_t* eids = grow(s.eids, n * k);
   float* ewts = grow(s.ewts, n * k);
-  dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, nullptr);
+  dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, stream_);
   moe_route(logits, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr, ids, n, static_cast<int>(E), k,
-            static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, nullptr);
+            static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, stream_);
   if (grouped_moe_usable(w)) {  // chunks of at most 256 tokens (the workspace's size)
     for (int64_t t0 = 0; t0 < n; t0 += 256) {
       moe_grouped(w, std::min<int64_t>(256, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);
@@ -322,25 +347,25 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   float* u = grow(s.u, n * k * inter);
   float* h = grow(s.h, n * k * inter);
   float* routed = grow(s.routed, n * k * D);
-  quantize_q8_rows(x, n, D, qa, sa, nullptr);
+  quantize_q8_rows(x, n, D, qa, sa, stream_);
   const ExpertsW& ex = w.experts;
   auto lin = ex.fp4 ? lin4 : lin8;
-  lin(qa, sa, n * k, k, ex.w1.get(), ex.s1.get(), inter, D, eids, g, nullptr, true);
-  lin(qa, sa, n * k, k, ex.w3.get(), ex.s3.get(), inter, D, eids, u, nullptr, true);
-  swiglu(g, u, ewts, n * k, inter, limit, h, nullptr);
-  quantize_q8_rows(h, n * k, inter, qb, sb, nullptr);
+  lin(qa, sa, n * k, k, ex.w1.get(), ex.s1.get(), inter, D, eids, g, stream_, true);
+  lin(qa, sa, n * k, k, ex.w3.get(), ex.s3.get(), inter, D, eids, u, stream_, true);
+  swiglu(g, u, ewts, n * k, inter, limit, h, stream_);
+  quantize_q8_rows(h, n * k, inter, qb, sb, stream_);
   const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce
-  lin(qb, sb, n * k, 1, ex.w2.get(), ex.s2.get(), D, inter, eids, routed, nullptr, whole);
+  lin(qb, sb, n * k, 1, ex.w2.get(), ex.s2.get(), D, inter, eids, routed, stream_, whole);
   float* sg = grow(s.sg, n * inter);
   float* su = grow(s.su, n * inter);
   float* sh = grow(s.sh, n * inter);
   float* so = grow(s.shared_out, n * D);
-  lin8(qa, sa, n, 1, w.sw1.w.get(), w.sw1.s.get(), inter, D, nullptr, sg, nullptr);
-  lin8(qa, sa, n, 1, w.sw3.w.get(), w.sw3.s.get(), inter, D, nullptr, su, nullptr);
-  swiglu(sg, su, nullptr, n, inter, limit, sh, nullptr);
-  quantize_q8_rows(sh, n, inter, qb, sb, nullptr);
-  lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, nullptr, whole);
-  moe_combine(routed, so, n, k, D, out, nullptr, whole);
+  lin8(qa, sa, n, 1, w.sw1.w.get(), w.sw1.s.get(), inter, D, nullptr, sg, stream_);
+  lin8(qa, sa, n, 1, w.sw3.w.get(), w.sw3.s.get(), inter, D, nullptr, su, stream_);
+  swiglu(sg, su, nullptr, n, inter, limit, sh, stream_);
+  quantize_q8_rows(sh, n, inter, qb, sb, stream_);
+  lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, stream_, whole);
+  moe_combine(routed, so, n, k, D, out, stream_, whole);
 }
 
 bool GpuModel::grouped_moe_usable(const MoeW& w) const {
@@ -393,13 +418,13 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
   const double expert_bytes = static_cast<double>(3 * I * D / 2 + 3 * I * D / 32);
   const double touched = static_cast<double>(std::min<int64_t>(E, n * c.num_experts_per_tok));
   const double bytes = touched * expert_bytes + 3.0 * I * D + 8.0 * n * D;
-  prof::Launch launch("moe_grouped_fp4", bytes, nullptr);
-  moe_grouped_forward(args, *moe_ws_, nullptr);
+  prof::Launch launch("moe_grouped_fp4", bytes, stream_);
+  moe_grouped_forward(args, *moe_ws_, stream_);
 }
 
 void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
                              int64_t start_pos, int64_t n, int64_t window_len, float* streams) {
-  Workspace& s = *ws_;
+  Workspace& s = *active_ws_;
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size, M = int64_t{hc} * (2 + hc);
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -411,36 +436,44 @@ void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, c
   float* mixes = grow(s.mixes, n * M);
   float* sub = grow(s.sub, n * D);
   auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
-    dense_linear(streams, n, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, 0, false, 0.0f, mixes, nullptr);
-    hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, nullptr);
-    rms_norm_rows(mixed, norm.get(), n, D, eps, x, nullptr);
+    dense_linear(streams, n, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, 0, false, 0.0f, mixes, stream_);
+    hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
+    rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
   };
   const int ratio = config_.compress_ratio(layer);
   pre(w.hc_attn, w.attn_norm);
   attention(w.attn, ratio, cache, x, n, start_pos, window_len, sub);
-  hc_post(sub, post, comb, n, D, hc, streams, nullptr);
+  hc_post(sub, post, comb, n, D, hc, streams, stream_);
   pre(w.hc_ffn, w.ffn_norm);
   moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
   tp_reduce(sub, n * D);
-  hc_post(sub, post, comb, n, D, hc, streams, nullptr);
+  hc_post(sub, post, comb, n, D, hc, streams, stream_);
 }
 
-std::vector<float> GpuModel::head_logits(const float* streams_last, const HcW& hc_head_w, const float* norm) {
-  Workspace& s = *ws_;
+float* GpuModel::head_logits_rows(const float* streams, int64_t rows, const HcW& hc_head_w, const float* norm) {
+  Workspace& s = *active_ws_;
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const HcDeviceParams hp{hc, config_.hc_sinkhorn_iters, static_cast<float>(config_.hc_eps), eps};
-  float* mix = grow(s.head_mix, hc);
-  float* y = grow(s.head_y, D);
-  float* yn = grow(s.head_n, D);
-  float* logits = grow(s.head_logits, V);
-  dense_linear(streams_last, 1, hc * D, hc_head_w.fn.w.get(), hc_head_w.fn.bf16, hc, hc * D, 0, false, 0.0f, mix,
-               nullptr);
-  hc_head_finish(streams_last, mix, 1, D, hc_head_w.scale.get(), hc_head_w.base.get(), hp, y, nullptr);
-  rms_norm_rows(y, norm, 1, D, eps, yn, nullptr);
-  dense_linear(yn, 1, D, weights_->head.w.get(), weights_->head.bf16, V, D, 0, false, 0.0f, logits, nullptr);
-  return s.head_logits.download(static_cast<size_t>(V));
+  float* mix = grow(s.head_mix, rows * hc);
+  float* y = grow(s.head_y, rows * D);
+  float* yn = grow(s.head_n, rows * D);
+  float* logits = grow(s.head_logits, rows * V);
+  dense_linear(streams, rows, hc * D, hc_head_w.fn.w.get(), hc_head_w.fn.bf16, hc, hc * D, 0, false, 0.0f, mix,
+               stream_);
+  hc_head_finish(streams, mix, rows, D, hc_head_w.scale.get(), hc_head_w.base.get(), hp, y, stream_);
+  rms_norm_rows(y, norm, rows, D, eps, yn, stream_);
+  dense_linear(yn, rows, D, weights_->head.w.get(), weights_->head.bf16, V, D, 0, false, 0.0f, logits, stream_);
+  return logits;
+}
+
+std::vector<float> GpuModel::head_logits(const float* streams_last, const HcW& hc_head_w, const float* norm) {
+  const float* logits = head_logits_rows(streams_last, 1, hc_head_w, norm);
+  std::vector<float> out(static_cast<size_t>(config_.vocab_size));
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), logits, out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
 }
 
 GpuForwardOutput GpuModel::forward_shard(GpuSequenceState& state, std::span<const int32_t> tokens,
@@ -455,9 +488,9 @@ GpuForwardOutput GpuModel::forward_shard(GpuSequenceState& state, std::span<cons
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size;
   int32_t* ids = grow(s.ids, n);
-  CUDA_CHECK(cudaMemcpy(ids, tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(ids, tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   float* streams = grow(s.streams, n * hc * D);
-  embed_rows(weights_->embed.get(), ids, n, hc, D, streams, nullptr);
+  embed_rows(weights_->embed.get(), ids, n, hc, D, streams, stream_);
   const int64_t window_len = window_part(start_pos, n, prompt_length, config_.sliding_window);
   GpuForwardOutput out;
   for (int l = 0; l < config_.num_layers(); ++l) {
@@ -465,13 +498,18 @@ GpuForwardOutput GpuModel::forward_shard(GpuSequenceState& state, std::span<cons
     if (want_layer_streams) {
       const size_t off = out.layer_streams.size();
       out.layer_streams.resize(off + hc * D);
-      CUDA_CHECK(cudaMemcpy(out.layer_streams.data() + off, streams + (n - 1) * hc * D, hc * D * sizeof(float),
-                            cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpyAsync(out.layer_streams.data() + off, streams + (n - 1) * hc * D,
+                                 hc * D * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
   }
   state.length += n;
   out.logits = head_logits(streams + (n - 1) * hc * D, weights_->hc_head, weights_->norm.get());
-  if (want_final_streams) out.final_streams = s.streams.download(static_cast<size_t>(n * hc * D));
+  if (want_final_streams) {
+    out.final_streams.resize(static_cast<size_t>(n * hc * D));
+    CUDA_CHECK(cudaMemcpyAsync(out.final_streams.data(), streams, out.final_streams.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   return out;
 }
 
@@ -488,9 +526,9 @@ std::vector<float> GpuModel::mtp_forward_shard(GpuSequenceState& state, std::spa
              state.mtp_length);
   for (int32_t id : next_ids) DSV4_CHECK(id >= 0 && id < config_.vocab_size, "MTP token id ", id);
   int32_t* ids = grow(s.ids, n);
-  CUDA_CHECK(cudaMemcpy(ids, next_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(ids, next_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   float* in = grow(s.mtp_in, n * hc * D);
-  CUDA_CHECK(cudaMemcpy(in, streams_in.data(), n * hc * D * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(in, streams_in.data(), n * hc * D * sizeof(float), cudaMemcpyHostToDevice, stream_));
   float* emb = grow(s.emb, n * D);
   float* embn = grow(s.embn, n * D);
   float* pe = grow(s.pe, n * D);
@@ -498,15 +536,15 @@ std::vector<float> GpuModel::mtp_forward_shard(GpuSequenceState& state, std::spa
   float* ph = grow(s.ph, n * hc * D);
   uint8_t* qa = grow(s.qa, n * hc * D);
   float* sa = grow(s.sa, n * hc * D / 128);
-  embed_rows(weights_->embed.get(), ids, n, 1, D, emb, nullptr);
-  rms_norm_rows(emb, m.enorm.get(), n, D, eps, embn, nullptr);
-  quantize_q8_rows(embn, n, D, qa, sa, nullptr);
-  lin8(qa, sa, n, 1, m.e_proj.w.get(), m.e_proj.s.get(), D, D, nullptr, pe, nullptr);
-  rms_norm_rows(in, m.hnorm.get(), n * hc, D, eps, hn, nullptr);
-  quantize_q8_rows(hn, n * hc, D, qa, sa, nullptr);
-  lin8(qa, sa, n * hc, 1, m.h_proj.w.get(), m.h_proj.s.get(), D, D, nullptr, ph, nullptr);
+  embed_rows(weights_->embed.get(), ids, n, 1, D, emb, stream_);
+  rms_norm_rows(emb, m.enorm.get(), n, D, eps, embn, stream_);
+  quantize_q8_rows(embn, n, D, qa, sa, stream_);
+  lin8(qa, sa, n, 1, m.e_proj.w.get(), m.e_proj.s.get(), D, D, nullptr, pe, stream_);
+  rms_norm_rows(in, m.hnorm.get(), n * hc, D, eps, hn, stream_);
+  quantize_q8_rows(hn, n * hc, D, qa, sa, stream_);
+  lin8(qa, sa, n * hc, 1, m.h_proj.w.get(), m.h_proj.s.get(), D, D, nullptr, ph, stream_);
   float* streams = grow(s.streams, n * hc * D);
-  add_bf16(ph, pe, n * hc, D, hc, streams, nullptr);
+  add_bf16(ph, pe, n * hc, D, hc, streams, stream_);
   const int layer = config_.num_layers();
   const int64_t window_len = window_part(start_pos, n, 0, config_.sliding_window);
   block_forward(m.block, layer, state.layers[layer], ids, start_pos, n, window_len, streams);

@@ -4,8 +4,12 @@
 // number of tokens per call; prompt_length keeps chunked prefill in the one-shot candidate
 // layout. Per-sequence state (window ring, compressed KV, indexer keys, compressor states)
 // lives on the device in GpuSequenceState, sized for opts.max_seq_len positions.
-// Thread-safety: a GpuModel owns scratch buffers and one CUDA stream (the legacy default
-// stream); use it from one thread at a time. Every call returns after the device finished.
+// Batched decode (decode()): one new token for each of B prefilled sequences in one pass,
+// bit-identical to B single-token forward() calls; optionally replayed from CUDA graphs
+// captured per batch size (enable_decode_graphs), a batch padded to the next captured size.
+// Thread-safety: a GpuModel owns scratch buffers and its own CUDA stream (a blocking stream,
+// so it is ordered after legacy-stream uploads); use it from one thread at a time. Every
+// public call returns after the device finished.
 // Tensor parallelism (GpuModelOptions::tp_size > 1, built by load/from_checkpoint/dummy):
 // the returned model is rank 0 on device 0 and drives its peers (ranks 1.., devices 1..) on
 // a TpGroup's threads; every public call runs on all ranks and returns rank 0's result;
@@ -80,10 +84,32 @@ class GpuModel {
   int64_t local_inter() const { return config_.moe_intermediate_size / tp_size_; }
 
   GpuSequenceState new_sequence() const;
+  cudaStream_t stream() const { return stream_; }
 
   GpuForwardOutput forward(GpuSequenceState& state, std::span<const int32_t> tokens,
                            bool want_layer_streams = false, int64_t prompt_length = 0,
                            bool want_final_streams = true);
+
+  // Batched decode: one new token tokens[b] for each sequence *seqs[b] (distinct sequences, each
+  // prefilled: length > 0, length < max_seq_len); logits [B, vocab] fp32; every length += 1.
+  // Bit-identical to forward(*seqs[b], {tokens[b]}) per sequence. kAuto replays a CUDA graph
+  // when graphs are enabled and B ≤ the largest captured size (capturing that size on first
+  // use), padding B to the next captured size with a scratch sequence; otherwise (and with
+  // kEager) launches eagerly.
+  enum class DecodeMode { kAuto, kEager };
+  void decode(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens, std::span<float> logits,
+              DecodeMode mode = DecodeMode::kAuto);
+
+  // CUDA graphs for decode: batch sizes decode_graph_batch_sizes(max_bs) (1, 2, 4, 8, 12, 16,
+  // 24, 32, then multiples of 8 up to max_bs, and max_bs itself). max_bs ≤ 0 disables them
+  // (drops captured graphs). Graph scratch is sized for max_bs on the first capture.
+  void enable_decode_graphs(int max_bs);
+  static std::vector<int> decode_graph_batch_sizes(int max_bs);
+  bool decode_graphs_enabled() const { return !graph_sizes_.empty(); }
+  const std::vector<int>& decode_graph_sizes() const { return graph_sizes_; }
+  // Captures every size not captured yet; returns the seconds it took.
+  double capture_decode_graphs();
+  int decode_graphs_captured() const;
 
   // MTP block 0 over the positions of the last trunk call (streams [n, hc, D] from it).
   std::vector<float> mtp_forward(GpuSequenceState& state, std::span<const float> streams,
@@ -106,6 +132,11 @@ class GpuModel {
                                  bool want_layer_streams, int64_t prompt_length, bool want_final_streams);
   std::vector<float> mtp_forward_shard(GpuSequenceState& state, std::span<const float> streams,
                                        std::span<const int32_t> next_ids, int64_t start_pos);
+  void decode_shard(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
+                    std::span<float> logits, DecodeMode mode);
+  void enable_decode_graphs_shard(int max_bs);
+  double capture_decode_graphs_shard();
+  std::vector<float> peer_logits_;  // peers: the logits nobody reads (rank 0's are returned)
 
   struct Workspace;
   void block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
@@ -116,6 +147,24 @@ class GpuModel {
                 int64_t start_pos, float* entries, bool indexer);
   void moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out);
   std::vector<float> head_logits(const float* streams_last, const HcW& hc_head, const float* norm);
+  // LM head over `rows` rows of streams [rows, hc, D]; returns the device logits [rows, vocab]
+  // (in the active workspace).
+  float* head_logits_rows(const float* streams, int64_t rows, const HcW& hc_head, const float* norm);
+  GpuSequenceState new_sequence_for(int64_t positions) const;
+
+  // Batched decode internals (gpu_model_decode.cpp).
+  struct DecodeStep;
+  struct DecodeGraph;
+  void decode_pass(const DecodeStep& step);
+  void block_decode(const BlockW& w, int layer, const DecodeStep& step, float* streams);
+  void attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x, float* out);
+  void compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* x, bool indexer);
+  // Host inputs of a step for `rows` rows (rows ≥ seqs.size(): the rest are padding rows) and
+  // their upload into ws.decode_in; returns the device view.
+  DecodeStep stage_decode_inputs(Workspace& ws, std::span<GpuSequenceState* const> seqs,
+                                 std::span<const int32_t> tokens, int64_t rows, bool graph_bounds);
+  DecodeGraph& capture_decode_graph(int batch);
+  void release_decode_graphs();
 
   // Sums a partial [count] fp32 activation over the tensor-parallel ranks and rounds it to
   // bf16 (no-op with one rank). Called after wo_b and after the MoE.
@@ -129,6 +178,16 @@ class GpuModel {
   std::vector<std::unique_ptr<GpuModel>> peers_;      // rank 0 only: ranks 1..tp-1
   DeviceBuffer<float> rope_window_, rope_compress_;  // [max_len, pairs, 2]
   std::unique_ptr<Workspace> ws_;
+  Workspace* active_ws_ = nullptr;  // ws_, or graph_ws_ while a decode graph is captured
+  cudaStream_t stream_ = nullptr;
+  // CUDA-graph decode: sizes, captured graphs (ascending batch), their workspace, the padding
+  // sequence (always at position 0) and the host staging of the step inputs.
+  std::vector<int> graph_sizes_;
+  std::vector<std::unique_ptr<DecodeGraph>> graphs_;
+  std::unique_ptr<Workspace> graph_ws_;
+  bool graph_ws_ready_ = false;
+  std::unique_ptr<GpuSequenceState> pad_seq_;
+  std::vector<uint8_t> decode_staging_;
   // Grouped tensor-core MoE (sm90_moe_fp4.cu) where its shape limits allow (FP4 experts,
   // hidden and expert widths multiples of 256; calls of ≤ 256 tokens); else the plain path.
   // DSV4_GPU_MOE=reference forces the plain path.

@@ -8,6 +8,7 @@
 // Shapes: q [n, heads, dh]; weights [n, heads]; keys [entries, dh]; scores [n, stride];
 // sel [n, k]; count [n].
 #include "gpu/cuda_check.h"
+#include "gpu/indexer_device.cuh"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
@@ -25,34 +26,15 @@ __global__ void scores_kernel(const float* __restrict__ q, const float* __restri
   const int64_t visible = (start_pos + t + 1) / ratio;
   if (w >= visible) return;
   const int lane = threadIdx.x & 31;
-  const float* key = keys + w * dh;
-  const float* qt = q + t * heads * dh;
-  float total = 0.0f;
-  for (int h = 0; h < heads; ++h) {
-    double dot = 0.0;
-    for (int k = lane; k < dh; k += 32) dot += double(qt[h * dh + k]) * double(key[k]);
-    dot = warp_sum(dot);
-    const float sv = fmaxf(round_bf16(float(dot)), 0.0f);
-    total += round_bf16(sv * weights[t * heads + h]);
-  }
-  if (lane == 0) scores[t * stride + w] = round_bf16(total);
+  const float total = detail::index_score_warp(q + t * heads * dh, weights + t * heads, keys + w * dh, heads, dh, lane);
+  if (lane == 0) scores[t * stride + w] = total;
 }
 
 __global__ void topk_kernel(const float* __restrict__ scores, int64_t start_pos, int ratio,
                             int64_t stride, int k, int32_t* sel, int32_t* count) {
   const int64_t t = blockIdx.x;
   const int64_t visible = (start_pos + t + 1) / ratio;
-  const float* s = scores + t * stride;
-  for (int64_t w = threadIdx.x; w < visible; w += blockDim.x) {
-    const float sw = s[w];
-    int64_t rank = 0;
-    for (int64_t v = 0; v < visible && rank < k; ++v) {
-      const float sv = s[v];
-      rank += (sv > sw || (sv == sw && v < w)) ? 1 : 0;
-    }
-    if (rank < k) sel[t * k + rank] = int32_t(w);
-  }
-  if (threadIdx.x == 0) count[t] = int32_t(visible < k ? visible : k);
+  detail::index_topk_block(scores + t * stride, visible, k, sel + t * k, count + t);
 }
 
 }  // namespace

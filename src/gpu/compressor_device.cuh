@@ -1,0 +1,115 @@
+// Device-side pieces of the KV compressor (spec §4.5) shared by compressor.cu (host start
+// positions) and decode_kernels.cu (per-row device positions), so both paths run the same
+// arithmetic in the same order (bit-identical results).
+// Shapes: state kv/score [slots, width] (width = h, or 2h for the overlapping compressor);
+// ape [r, width]; entries [num_entries, h].
+#pragma once
+
+#include "gpu/device_math.cuh"
+
+namespace dsv4::gpu::detail {
+
+// Σ_s kv_s·softmax(score)_s over `count` slots (two segments: rows [0, r) column ca, rows
+// [r, 2r) column cb for overlap; one segment for non-overlap).
+__device__ __forceinline__ float compressor_pool(const float* kv, const float* sc, int width, int r, bool overlap,
+                                                 int ca, int cb) {
+  const int count = overlap ? 2 * r : r;
+  auto at = [&](const float* base, int sidx) {
+    return (overlap && sidx >= r) ? base[sidx * width + cb] : base[sidx * width + ca];
+  };
+  float m = -INFINITY;
+  for (int i = 0; i < count; ++i) m = fmaxf(m, at(sc, i));
+  float sum = 0.0f;
+  for (int i = 0; i < count; ++i) sum += dexpf(at(sc, i) - m);
+  float out = 0.0f;
+  for (int i = 0; i < count; ++i) out += at(kv, i) * (dexpf(at(sc, i) - m) / sum);
+  return out;
+}
+
+// One token of channel c at position pos: writes the state slot, and on a window boundary
+// ((pos+1) % r == 0) pools the raw entry pos / r into entries and shifts the overlap rows.
+// Returns whether an entry was emitted.
+__device__ __forceinline__ bool compressor_token(const float* kv_t, const float* score_t, const float* ape,
+                                                 int64_t pos, int r, int h, bool overlap, int c, float* st_kv,
+                                                 float* st_sc, float* entries) {
+  const int width = overlap ? 2 * h : h;
+  const int ncols = overlap ? 2 : 1;
+  const int slot = int(pos % r);
+  const int row = overlap ? r + slot : slot;
+  for (int ci = 0; ci < ncols; ++ci) {
+    const int col = c + ci * h;
+    st_kv[row * width + col] = kv_t[col];
+    st_sc[row * width + col] = score_t[col] + ape[slot * width + col];
+  }
+  if ((pos + 1) % r != 0) return false;
+  const int64_t entry = pos / r;
+  entries[entry * h + c] = compressor_pool(st_kv, st_sc, width, r, overlap, c, h + c);
+  if (overlap) {
+    for (int s = 0; s < r; ++s)
+      for (int ci = 0; ci < 2; ++ci) {
+        const int col = c + ci * h;
+        st_kv[s * width + col] = st_kv[(r + s) * width + col];
+        st_sc[s * width + col] = st_sc[(r + s) * width + col];
+      }
+  }
+  return true;
+}
+
+// Post-processing of one raw entry e (its index `entry`) by a block of exactly h threads:
+// bf16, RMSNorm(norm), RoPE at position r·entry, then Q8 (block 64) of the no-rope dims
+// (indexer = false) or Hadamard + Q4 (block 32) (indexer = true). red: 32 shared doubles;
+// buf: h shared doubles.
+__device__ __forceinline__ void compressor_finish_entry(float* e, int64_t entry, int h, const float* norm, float eps,
+                                                        int r, const float* table, int pairs, bool indexer,
+                                                        double* red, double* buf) {
+  const int k = threadIdx.x;
+  const float v = round_bf16(e[k]);
+  const double ss = block_sum(double(v) * double(v), red);
+  const float ms = float(ss / double(h));
+  const float rs = 1.0f / sqrtf(ms + eps);
+  e[k] = round_bf16(norm[k] * (v * rs));
+  __syncthreads();
+  const int rope0 = h - 2 * pairs;
+  if (k >= rope0 && ((k - rope0) & 1) == 0) {
+    const int i = (k - rope0) / 2;
+    const int64_t pos = entry * r;
+    const float c = table[(pos * pairs + i) * 2], sn = table[(pos * pairs + i) * 2 + 1];
+    const float a = e[k], b = e[k + 1];
+    e[k] = round_bf16(a * c - b * sn);
+    e[k + 1] = round_bf16(a * sn + b * c);
+  }
+  __syncthreads();
+  if (!indexer) {
+    // Q8 (block 64) on the no-rope dims: one thread per block.
+    if (k < rope0 / 64) {
+      float* blk = e + k * 64;
+      float amax = 0.0f;
+      for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(blk[i]));
+      const float sc = q8_block_scale(amax);
+      for (int i = 0; i < 64; ++i)
+        blk[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(blk[i] / sc, -448.0f), 448.0f))) * sc);
+    }
+    return;
+  }
+  buf[k] = e[k];
+  __syncthreads();
+  for (int s = 1; s < h; s *= 2) {
+    const double a = buf[k], b = buf[k ^ s];
+    const double nv = (k & s) ? b - a : a + b;
+    __syncthreads();
+    buf[k] = nv;
+    __syncthreads();
+  }
+  e[k] = round_bf16(float(buf[k]) * float(1.0 / sqrt(double(h))));
+  __syncthreads();
+  if (k < h / 32) {
+    float* blk = e + k * 32;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(blk[i]));
+    const float sc = q4_block_scale(amax);
+    for (int i = 0; i < 32; ++i)
+      blk[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(blk[i] / sc, -6.0f), 6.0f))) * sc);
+  }
+}
+
+}  // namespace dsv4::gpu::detail

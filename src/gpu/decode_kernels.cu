@@ -1,0 +1,190 @@
+// Batched-decode kernels (decode_ops.h): one new token per row, positions and cache pointers
+// read on the device. Each kernel calls the same device code as its host-position
+// counterpart (compressor_device.cuh, indexer_device.cuh, attention_device.cuh, and the
+// RoPE / ring arithmetic copied from pointwise.cu / attention.cu), so results are
+// bit-identical to the per-sequence path. Grids depend only on the row count and host upper
+// bounds; rows past their own bound exit early or loop zero times.
+#include <algorithm>
+#include <string>
+
+#include "gpu/attention_device.cuh"
+#include "gpu/compressor_device.cuh"
+#include "gpu/cuda_check.h"
+#include "gpu/decode_ops.h"
+#include "gpu/device_math.cuh"
+#include "gpu/indexer_device.cuh"
+#include "gpu/ops.h"
+#include "gpu/profiler.h"
+
+namespace dsv4::gpu {
+namespace {
+
+constexpr int kIndexWarps = 8;
+constexpr int64_t kMaxIndexBlocksPerRow = 128;  // grid-stride beyond this
+
+unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((total + threads - 1) / threads); }
+
+// As pointwise.cu rope_kernel, with pos0 + (r / rows_per_pos)·pos_step → pos[r / rows_per_pos].
+__global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos,
+                            const int32_t* __restrict__ positions, const float* __restrict__ table, int pairs,
+                            bool inverse) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * pairs) return;
+  const int64_t r = idx / pairs;
+  const int i = int(idx % pairs);
+  const int64_t pos = positions[r / rows_per_pos];
+  float* v = x + r * stride + stride - 2 * pairs;
+  const float c = table[(pos * pairs + i) * 2];
+  const float sn = inverse ? -table[(pos * pairs + i) * 2 + 1] : table[(pos * pairs + i) * 2 + 1];
+  const float a = v[2 * i], b = v[2 * i + 1];
+  v[2 * i] = round_bf16(a * c - b * sn);
+  v[2 * i + 1] = round_bf16(a * sn + b * c);
+}
+
+// Block per row, h threads (thread = channel): the step, then (block-uniform) the finish of
+// the emitted entry.
+__global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a, const int32_t* __restrict__ positions,
+                                  const DecodeLayerCache* __restrict__ caches) {
+  __shared__ double red[32];
+  extern __shared__ double buf[];
+  const int64_t row = blockIdx.x;
+  const DecodeCompressorCache c = a.indexer ? caches[row].index : caches[row].comp;
+  const int width = a.overlap ? 2 * a.h : a.h;
+  const int64_t pos = positions[row];
+  const bool emitted = detail::compressor_token(a.kv + row * width, a.score + row * width, a.ape, pos, a.ratio, a.h,
+                                                a.overlap, int(threadIdx.x), c.state_kv, c.state_score, c.entries);
+  if (!emitted) return;  // same for every thread of the row
+  __syncthreads();       // every channel of the raw entry is written
+  const int64_t entry = pos / a.ratio;
+  detail::compressor_finish_entry(c.entries + entry * a.h, entry, a.h, a.norm, a.eps, a.ratio, a.rope_table, a.pairs,
+                                  a.indexer, red, buf);
+}
+
+// grid (x-blocks, rows); warps stride over the row's visible keys.
+__global__ void index_scores_kernel(const float* __restrict__ q, const float* __restrict__ weights,
+                                    const int32_t* __restrict__ positions, const DecodeLayerCache* __restrict__ caches,
+                                    int ratio, int heads, int dh, float* scores, int64_t stride) {
+  const int64_t row = blockIdx.y;
+  const int64_t visible = (int64_t(positions[row]) + 1) / ratio;
+  const float* keys = caches[row].index.entries;
+  const int lane = threadIdx.x & 31;
+  const int64_t step = int64_t(gridDim.x) * kIndexWarps;
+  for (int64_t w = int64_t(blockIdx.x) * kIndexWarps + (threadIdx.x >> 5); w < visible; w += step) {
+    const float total =
+        detail::index_score_warp(q + row * heads * dh, weights + row * heads, keys + w * dh, heads, dh, lane);
+    if (lane == 0) scores[row * stride + w] = total;
+  }
+}
+
+__global__ void index_topk_kernel(const float* __restrict__ scores, const int32_t* __restrict__ positions, int ratio,
+                                  int64_t stride, int k, int32_t* sel, int32_t* count) {
+  const int64_t row = blockIdx.x;
+  const int64_t visible = (int64_t(positions[row]) + 1) / ratio;
+  detail::index_topk_block(scores + row * stride, visible, k, sel + row * k, count + row);
+}
+
+// Block per (row, head): the row's arguments as a one-token SparseAttnArgs call.
+__global__ void __launch_bounds__(detail::kSparseAttnThreads)
+    attention_kernel(const __grid_constant__ DecodeAttnArgs d, const int32_t* __restrict__ positions,
+                     const DecodeLayerCache* __restrict__ caches) {
+  const int64_t row = blockIdx.x / d.H;
+  const int h = int(blockIdx.x % d.H);
+  SparseAttnArgs a;
+  a.q = d.q + row * d.H * d.d;
+  a.kv_new = d.kv_new + row * d.d;
+  a.ring = caches[row].window;
+  a.compressed = caches[row].comp.entries;
+  a.selected = d.selected != nullptr ? d.selected + row * d.sel_stride : nullptr;
+  a.sel_count = d.sel_count != nullptr ? d.sel_count + row : nullptr;
+  a.sel_stride = d.sel_stride;
+  a.sink = d.sink;
+  a.scale = d.scale;
+  a.H = d.H;
+  a.d = d.d;
+  a.win = d.win;
+  a.ratio = d.ratio;
+  a.n = 1;
+  a.start_pos = positions[row];
+  a.window_len = d.win;
+  a.out = d.out + row * d.H * d.d;
+  detail::sparse_attention_item(a, h);
+}
+
+__global__ void ring_kernel(const float* __restrict__ kv, int64_t rows, const int32_t* __restrict__ positions,
+                            const DecodeLayerCache* __restrict__ caches, int win, int d) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * d) return;
+  const int64_t row = idx / d, k = idx % d;
+  caches[row].window[(int64_t(positions[row]) % win) * d + k] = kv[row * d + k];
+}
+
+}  // namespace
+
+void decode_rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, const int32_t* pos,
+                      const float* table, int pairs, bool inverse, cudaStream_t s) {
+  if (rows == 0) return;
+  prof::Launch pl(inverse ? "decode_rope (inverse)" : "decode_rope",
+                  double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
+                  [&] { return "rows=" + std::to_string(rows) + " pairs=" + std::to_string(pairs); });
+  rope_kernel<<<blocks_for(rows * pairs, 256), 256, 0, s>>>(x, rows, stride, rows_per_pos, pos, table, pairs, inverse);
+  CUDA_CHECK_LAUNCH();
+}
+
+void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_t* pos,
+                       const DecodeLayerCache* caches, cudaStream_t s) {
+  DSV4_CHECK(a.h % 64 == 0 && a.h <= 1024 && (!a.indexer || (a.h & (a.h - 1)) == 0), "compressor head dim ", a.h);
+  DSV4_CHECK(a.ratio > 0, "compressor ratio ", a.ratio);
+  if (rows == 0) return;
+  const double width = double(a.overlap ? 2 : 1) * a.h;
+  // Per row: its projections read, one state slot (kv, score) written. Emissions (pooling
+  // the state, the finish) depend on device positions and are not counted.
+  prof::Launch pl(a.indexer ? "decode_compressor (indexer)" : "decode_compressor", double(rows) * width * 16, s,
+                  [&] { return "rows=" + std::to_string(rows) + " ratio=" + std::to_string(a.ratio); });
+  compressor_kernel<<<static_cast<unsigned>(rows), a.h, a.h * sizeof(double), s>>>(a, pos, caches);
+  CUDA_CHECK_LAUNCH();
+}
+
+void decode_index_topk(const float* q, const float* weights, int64_t rows, const int32_t* pos,
+                       const DecodeLayerCache* caches, int ratio, int heads, int dh, int64_t max_visible,
+                       float* scores, int64_t score_stride, int k, int32_t* sel, int32_t* count, cudaStream_t s) {
+  DSV4_CHECK(score_stride >= max_visible, "indexer score stride ", score_stride, " < ", max_visible);
+  DSV4_CHECK(rows <= 65535, "too many indexer rows: ", rows);
+  if (rows == 0) return;
+  if (max_visible > 0) {
+    const int64_t bx = std::min<int64_t>(kMaxIndexBlocksPerRow, (max_visible + kIndexWarps - 1) / kIndexWarps);
+    prof::Launch pl("decode_index_scores",
+                    double(rows) * (heads * (dh + 1) * 4.0 + double(max_visible) * (dh + 1) * 4.0), s,
+                    [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
+    index_scores_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0, s>>>(
+        q, weights, pos, caches, ratio, heads, dh, scores, score_stride);
+    CUDA_CHECK_LAUNCH();
+  }
+  prof::Launch pl("decode_index_topk", double(rows) * (double(max_visible) * 4 + (k + 1) * 4.0), s,
+                  [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
+  index_topk_kernel<<<static_cast<unsigned>(rows), 256, 0, s>>>(scores, pos, ratio, score_stride, k, sel, count);
+  CUDA_CHECK_LAUNCH();
+}
+
+void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_t* pos,
+                             const DecodeLayerCache* caches, cudaStream_t s) {
+  DSV4_CHECK(a.d <= detail::kSparseAttnThreads * detail::kMaxDimPerThread, "head_dim ", a.d, " too large");
+  if (rows == 0) return;
+  // Bytes: q and out per row; the KV rows read depend on positions (device side): counted
+  // as the window only (a lower bound).
+  prof::Launch pl(a.ratio == 0 ? "decode_attention (window)" : a.selected ? "decode_attention (CSA)"
+                                                                           : "decode_attention (HCA)",
+                  double(rows) * (double(a.win) * a.d * 4 + 2.0 * a.H * a.d * 4), s,
+                  [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(a.H); });
+  attention_kernel<<<static_cast<unsigned>(rows * a.H), detail::kSparseAttnThreads, 0, s>>>(a, pos, caches);
+  CUDA_CHECK_LAUNCH();
+}
+
+void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const DecodeLayerCache* caches, int win,
+                        int d, cudaStream_t s) {
+  if (rows == 0) return;
+  prof::Launch pl("decode_ring_update", double(rows) * d * 8, s);
+  ring_kernel<<<blocks_for(rows * d, 256), 256, 0, s>>>(kv, rows, pos, caches, win, d);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,332 @@
+// GpuModel batched decode and its CUDA graphs: the single-token forward of gpu_model.cpp run
+// once over B rows (one per sequence). Per-token steps (hc pre/post, norms, Q8, Lin8, dense
+// linears, routing, MoE, LM head) are the same launchers with n = B; the position-dependent
+// steps (RoPE, compressor, indexer, sparse attention, ring update) are the decode_ops.h kernels
+// reading positions and cache pointers from the step's device arrays. Launch order and
+// arithmetic are attention()/compress()'s, so every row equals forward() bit for bit.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "base/check.h"
+#include "gpu/decode_ops.h"
+#include "gpu/gpu_model.h"
+#include "gpu/gpu_model_workspace.h"
+#include "gpu/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+template <class F>
+struct ScopeExit {
+  F f;
+  ~ScopeExit() { f(); }
+};
+template <class F>
+ScopeExit(F) -> ScopeExit<F>;
+
+// Byte layout of Workspace::decode_in for `rows` rows:
+// [caches: layers·rows DecodeLayerCache][pos: rows int32][ids: rows int32].
+struct DecodeInputLayout {
+  size_t caches = 0, pos = 0, ids = 0, bytes = 0;
+};
+DecodeInputLayout decode_input_layout(int64_t layers, int64_t rows) {
+  DecodeInputLayout l;
+  l.pos = static_cast<size_t>(layers * rows) * sizeof(DecodeLayerCache);
+  l.ids = l.pos + static_cast<size_t>(rows) * sizeof(int32_t);
+  l.bytes = l.ids + static_cast<size_t>(rows) * sizeof(int32_t);
+  return l;
+}
+
+DecodeLayerCache layer_cache(GpuLayerCache& c) {
+  DecodeLayerCache r;
+  r.window = c.window.get();
+  r.comp = {c.comp_kv.get(), c.comp_score.get(), c.compressed.get()};
+  r.index = {c.index_kv.get(), c.index_score.get(), c.index_keys.get()};
+  return r;
+}
+
+}  // namespace
+
+std::vector<int> GpuModel::decode_graph_batch_sizes(int max_bs) {
+  std::vector<int> sizes;
+  for (int b : {1, 2, 4, 8, 12, 16, 24, 32})
+    if (b <= max_bs) sizes.push_back(b);
+  for (int b = 40; b <= max_bs; b += 8) sizes.push_back(b);
+  if (max_bs > 0 && sizes.back() != max_bs) sizes.push_back(max_bs);
+  return sizes;
+}
+
+void GpuModel::enable_decode_graphs_shard(int max_bs) {
+  DSV4_CHECK(max_bs <= 256, "--cuda-graph-max-bs ", max_bs, " above 256 is not supported");
+  release_decode_graphs();
+  graph_sizes_ = max_bs > 0 ? decode_graph_batch_sizes(max_bs) : std::vector<int>{};
+  graph_ws_.reset();
+  graph_ws_ready_ = false;
+}
+
+void GpuModel::release_decode_graphs() {
+  for (auto& g : graphs_)
+    if (g->exec != nullptr) cudaGraphExecDestroy(g->exec);
+  graphs_.clear();
+}
+
+int GpuModel::decode_graphs_captured() const { return static_cast<int>(graphs_.size()); }
+
+double GpuModel::capture_decode_graphs_shard() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int b : graph_sizes_) {
+    const bool have = std::any_of(graphs_.begin(), graphs_.end(), [&](const auto& g) { return g->batch == b; });
+    if (!have) capture_decode_graph(b);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+GpuModel::DecodeStep GpuModel::stage_decode_inputs(Workspace& ws, std::span<GpuSequenceState* const> seqs,
+                                                   std::span<const int32_t> tokens, int64_t rows, bool graph_bounds) {
+  const int64_t L = config_.num_layers(), B = static_cast<int64_t>(seqs.size());
+  DSV4_CHECK(rows >= B && (rows == B || pad_seq_ != nullptr), "decode rows ", rows, " for ", B, " sequences");
+  const DecodeInputLayout layout = decode_input_layout(L, rows);
+  decode_staging_.resize(layout.bytes);
+  auto* caches = reinterpret_cast<DecodeLayerCache*>(decode_staging_.data() + layout.caches);
+  auto* pos = reinterpret_cast<int32_t*>(decode_staging_.data() + layout.pos);
+  auto* ids = reinterpret_cast<int32_t*>(decode_staging_.data() + layout.ids);
+  int64_t max_pos = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    GpuSequenceState& seq = r < B ? *seqs[r] : *pad_seq_;  // padding rows: position 0, token 0
+    pos[r] = r < B ? static_cast<int32_t>(seq.length) : 0;
+    ids[r] = r < B ? tokens[r] : 0;
+    max_pos = std::max<int64_t>(max_pos, pos[r]);
+    for (int64_t l = 0; l < L; ++l) caches[l * rows + r] = layer_cache(seq.layers[l]);
+  }
+  uint8_t* dev = grow(ws.decode_in, static_cast<int64_t>(layout.bytes));
+  CUDA_CHECK(cudaMemcpyAsync(dev, decode_staging_.data(), layout.bytes, cudaMemcpyHostToDevice, stream_));
+  DecodeStep step;
+  step.rows = rows;
+  step.caches = reinterpret_cast<const DecodeLayerCache*>(dev + layout.caches);
+  step.pos = reinterpret_cast<const int32_t*>(dev + layout.pos);
+  step.ids = reinterpret_cast<const int32_t*>(dev + layout.ids);
+  step.pos_bound = graph_bounds ? max_len_ : max_pos + 1;
+  return step;
+}
+
+void GpuModel::decode_shard(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
+                            std::span<float> logits, DecodeMode mode) {
+  const int64_t B = static_cast<int64_t>(seqs.size()), V = config_.vocab_size;
+  DSV4_CHECK(B > 0 && B <= 65535, "decode needs 1..65535 sequences, got ", B);
+  DSV4_CHECK(static_cast<int64_t>(tokens.size()) == B, "decode: ", tokens.size(), " tokens for ", B, " sequences");
+  DSV4_CHECK(static_cast<int64_t>(logits.size()) == B * V, "decode: logits buffer has ", logits.size(),
+             " floats, needs ", B * V);
+  for (int64_t b = 0; b < B; ++b) {
+    const GpuSequenceState* s = seqs[b];
+    DSV4_CHECK(s != nullptr && static_cast<int>(s->layers.size()) >= config_.num_layers(), "decode: sequence ", b,
+               " has no state");
+    DSV4_CHECK(s->length > 0, "decode: sequence ", b, " is not prefilled");
+    DSV4_CHECK(s->length + 1 <= max_len_, "decode: position ", s->length, " exceeds ", max_len_);
+    DSV4_CHECK(tokens[b] >= 0 && tokens[b] < V, "token id ", tokens[b], " outside the vocabulary");
+  }
+  std::vector<const GpuSequenceState*> sorted(seqs.begin(), seqs.end());
+  std::sort(sorted.begin(), sorted.end());
+  DSV4_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "decode: a sequence appears twice");
+
+  DecodeGraph* graph = nullptr;
+  if (mode == DecodeMode::kAuto && !graph_sizes_.empty() && B <= graph_sizes_.back()) {
+    const int size = *std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), static_cast<int>(B));
+    const auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const auto& g) { return g->batch == size; });
+    graph = it != graphs_.end() ? it->get() : &capture_decode_graph(size);
+  }
+  const float* dev_logits = nullptr;
+  if (graph != nullptr) {
+    stage_decode_inputs(*graph_ws_, seqs, tokens, graph->batch, true);
+    CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));
+    dev_logits = graph_ws_->head_logits.get();
+  } else {
+    decode_pass(stage_decode_inputs(*ws_, seqs, tokens, B, false));
+    dev_logits = ws_->head_logits.get();
+  }
+  CUDA_CHECK(cudaMemcpyAsync(logits.data(), dev_logits, static_cast<size_t>(B * V) * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (GpuSequenceState* s : seqs) s->length += 1;
+}
+
+GpuModel::DecodeGraph& GpuModel::capture_decode_graph(int batch) {
+  DSV4_CHECK(!graph_sizes_.empty() && batch <= graph_sizes_.back(), "decode graph batch ", batch);
+  if (pad_seq_ == nullptr) pad_seq_ = std::make_unique<GpuSequenceState>(new_sequence_for(1));
+  Workspace* const saved = active_ws_;
+  ScopeExit restore{[&] { active_ws_ = saved; }};
+  if (!graph_ws_ready_) {
+    // Size every graph buffer for the largest batch (and build the MoE's lazily made tables)
+    // with one eager pass of padding rows, so no capture ever allocates.
+    graph_ws_ = std::make_unique<Workspace>();
+    active_ws_ = graph_ws_.get();
+    decode_pass(stage_decode_inputs(*graph_ws_, {}, {}, graph_sizes_.back(), true));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graph_ws_ready_ = true;
+  }
+  active_ws_ = graph_ws_.get();
+  const DecodeStep step = stage_decode_inputs(*graph_ws_, {}, {}, batch, true);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    decode_pass(step);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &g);
+    if (g != nullptr) cudaGraphDestroy(g);
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+  auto dg = std::make_unique<DecodeGraph>();
+  dg->batch = batch;
+  const cudaError_t e = cudaGraphInstantiate(&dg->exec, g, 0);
+  cudaGraphDestroy(g);
+  CUDA_CHECK(e);
+  CUDA_CHECK(cudaGraphUpload(dg->exec, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto pos = std::lower_bound(graphs_.begin(), graphs_.end(), batch,
+                                    [](const auto& x, int b) { return x->batch < b; });
+  return **graphs_.insert(pos, std::move(dg));
+}
+
+void GpuModel::decode_pass(const DecodeStep& step) {
+  Workspace& s = *active_ws_;
+  const int hc = config_.hc_mult;
+  const int64_t D = config_.hidden_size, n = step.rows;
+  float* streams = grow(s.streams, n * hc * D);
+  embed_rows(weights_->embed.get(), step.ids, n, hc, D, streams, stream_);
+  for (int l = 0; l < config_.num_layers(); ++l) block_decode(weights_->layers[l], l, step, streams);
+  head_logits_rows(streams, n, weights_->hc_head, weights_->norm.get());
+}
+
+void GpuModel::block_decode(const BlockW& w, int layer, const DecodeStep& step, float* streams) {
+  Workspace& s = *active_ws_;
+  const int hc = config_.hc_mult;
+  const int64_t D = config_.hidden_size, M = int64_t{hc} * (2 + hc), n = step.rows;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const HcDeviceParams hp{hc, config_.hc_sinkhorn_iters, static_cast<float>(config_.hc_eps), eps};
+  float* mixed = grow(s.mixed, n * D);
+  float* x = grow(s.x, n * D);
+  float* post = grow(s.post, n * hc);
+  float* comb = grow(s.comb, n * hc * hc);
+  float* mixes = grow(s.mixes, n * M);
+  float* sub = grow(s.sub, n * D);
+  auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
+    dense_linear(streams, n, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, 0, false, 0.0f, mixes, stream_);
+    hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
+    rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
+  };
+  const int ratio = config_.compress_ratio(layer);
+  pre(w.hc_attn, w.attn_norm);
+  attention_decode(w.attn, layer, ratio, step, x, sub);
+  hc_post(sub, post, comb, n, D, hc, streams, stream_);
+  pre(w.hc_ffn, w.ffn_norm);
+  moe(w.ffn, config_.is_hash_layer(layer), step.ids, x, n, sub);
+  tp_reduce(sub, n * D);
+  hc_post(sub, post, comb, n, D, hc, streams, stream_);
+}
+
+void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* x, bool indexer) {
+  Workspace& s = *active_ws_;
+  const int64_t width = (w.overlap ? 2 : 1) * int64_t{w.head_dim}, D = config_.hidden_size, n = step.rows;
+  float* pkv = grow(s.cproj_kv, n * width);
+  float* psc = grow(s.cproj_sc, n * width);
+  dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, stream_);
+  dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, stream_);
+  DecodeCompressorArgs a;
+  a.kv = pkv;
+  a.score = psc;
+  a.ape = w.ape.get();
+  a.norm = w.norm.get();
+  a.rope_table = rope_compress_.get();
+  a.pairs = config_.qk_rope_head_dim / 2;
+  a.eps = static_cast<float>(config_.rms_norm_eps);
+  a.ratio = w.ratio;
+  a.h = w.head_dim;
+  a.overlap = w.overlap;
+  a.indexer = indexer;
+  decode_compressor(a, n, step.pos, step.caches + layer * n, stream_);
+}
+
+void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x,
+                                float* out) {
+  Workspace& s = *active_ws_;
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank, n = step.rows;
+  const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
+  const DecodeLayerCache* caches = step.caches + layer * n;
+  const int64_t qmax = std::max<int64_t>({D, ql, local_groups() * c.o_lora_rank});
+  uint8_t* qa = grow(s.qa, n * qmax);
+  float* sa = grow(s.sa, n * qmax / 128);
+  float* tq = grow(s.tq, n * ql);
+  float* qr = grow(s.qr, n * ql);
+  float* q = grow(s.q, n * H * d);
+  float* tkv = grow(s.tkv, n * d);
+  float* kv = grow(s.kv, n * d);
+  // 1. q and window-KV paths (attention()'s order).
+  quantize_q8_rows(x, n, D, qa, sa, stream_);
+  lin8(qa, sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, stream_);
+  lin8(qa, sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, stream_);
+  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, stream_);
+  quantize_q8_rows(qr, n, ql, qa, sa, stream_);  // qa/sa now hold Q8(qr)
+  lin8(qa, sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, q, stream_);
+  head_rms_bf16_rows(q, n * H, static_cast<int>(d), eps, stream_);
+  decode_rope_rows(q, n * H, d, H, step.pos, rope, pairs, false, stream_);
+  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, kv, stream_);
+  decode_rope_rows(kv, n, d, 1, step.pos, rope, pairs, false, stream_);
+  simulate_q8_rows(kv, n, d, static_cast<int>(d - rd), 64, stream_);
+
+  // 2. Compressed entries and the indexer's choices.
+  DecodeAttnArgs a;
+  if (ratio > 0) {
+    if (w.indexer) {
+      const IndexerW& ix = *w.indexer;
+      const int HI = c.index_n_heads, dh = c.index_head_dim;
+      compress_decode(ix.compressor, layer, step, x, true);
+      float* iq = grow(s.iq, n * HI * dh);
+      float* iw = grow(s.iw, n * HI);
+      lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
+      decode_rope_rows(iq, n * HI, dh, HI, step.pos, rope, pairs, false, stream_);
+      hadamard_rows(iq, n * HI, dh, stream_);
+      simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
+      const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
+      dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, stream_);
+      const int64_t stride = std::max<int64_t>(1, max_len_ / ratio);
+      float* scores = grow(s.scores, n * stride);
+      int32_t* sel = grow(s.sel, n * c.index_topk);
+      int32_t* cnt = grow(s.sel_count, n);
+      decode_index_topk(iq, iw, n, step.pos, caches, ratio, HI, dh, step.pos_bound / ratio, scores, stride,
+                        c.index_topk, sel, cnt, stream_);
+      a.selected = sel;
+      a.sel_count = cnt;
+      a.sel_stride = c.index_topk;
+    }
+    compress_decode(*w.compressor, layer, step, x, false);
+  }
+  // 3. Sparse attention (window part = the whole window, as forward() for start_pos > 0),
+  // 4. ring update.
+  float* attn = grow(s.attn, n * H * d);
+  a.q = q;
+  a.kv_new = kv;
+  a.sink = w.sink.get();
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  a.H = static_cast<int>(H);
+  a.d = static_cast<int>(d);
+  a.win = win;
+  a.ratio = ratio;
+  a.out = attn;
+  decode_sparse_attention(a, n, step.pos, caches, stream_);
+  decode_ring_update(kv, n, step.pos, caches, win, static_cast<int>(d), stream_);
+  // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
+  decode_rope_rows(attn, n * H, d, H, step.pos, rope, pairs, true, stream_);
+  const int64_t G = local_groups(), ro = c.o_lora_rank, group_in = H / G * d;
+  float* z = grow(s.z, n * G * ro);
+  dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
+  quantize_q8_rows(z, n, G * ro, qa, sa, stream_);
+  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, stream_, tp_size_ == 1);
+  tp_reduce(out, n * D);  // partial sums when tp > 1: rounded after the all-reduce
+}
+
+}  // namespace dsv4::gpu

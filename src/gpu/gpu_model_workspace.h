@@ -1,0 +1,50 @@
+// GpuModel's scratch buffers (internal to gpu_model.cpp / gpu_model_decode.cpp).
+//
+// Buffers grow on demand (`grow`); their contents never outlive one call. GpuModel keeps two:
+// the eager one (forward, mtp_forward, eager decode) and the CUDA-graph one, sized once for
+// the largest captured decode batch before the first capture and never grown afterwards
+// (a captured graph holds its addresses).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpu/cuda_check.h"
+#include "gpu/decode_ops.h"
+#include "gpu/gpu_model.h"
+
+namespace dsv4::gpu {
+
+template <class T>
+T* grow(DeviceBuffer<T>& b, int64_t count) {
+  b.reserve(static_cast<size_t>(std::max<int64_t>(count, 1)));
+  return b.get();
+}
+
+struct GpuModel::Workspace {
+  DeviceBuffer<int32_t> ids, eids, esel, sel, sel_count;
+  DeviceBuffer<float> streams, mixed, x, post, comb, mixes, sub;
+  DeviceBuffer<uint8_t> qa, qb;
+  DeviceBuffer<float> sa, sb;
+  DeviceBuffer<float> tq, qr, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iq, iw, scores;
+  DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;
+  DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;
+  DeviceBuffer<uint8_t> decode_in;  // decode step inputs: cache table, positions, token ids
+};
+
+// Device view of one decode step's inputs (Workspace::decode_in), rows = batch incl. padding.
+struct GpuModel::DecodeStep {
+  int64_t rows = 0;
+  const int32_t* ids = nullptr;              // [rows] token ids
+  const int32_t* pos = nullptr;              // [rows] position of the new token
+  const DecodeLayerCache* caches = nullptr;  // [num_layers, rows] per-sequence cache pointers
+  int64_t pos_bound = 0;                     // host upper bound of every pos + 1 (grid sizes)
+};
+
+// One captured decode graph; replays read the inputs staged into graph_ws_->decode_in.
+struct GpuModel::DecodeGraph {
+  int batch = 0;
+  cudaGraphExec_t exec = nullptr;
+};
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,42 @@
+// Device-side pieces of the lightning indexer (spec §4.6) shared by indexer.cu (host start
+// positions) and decode_kernels.cu (per-row device positions): same arithmetic, same order.
+// Shapes: q_t [heads, dh]; weights_t [heads]; key [dh]; scores_t [visible]; sel_t [k].
+#pragma once
+
+#include "gpu/device_math.cuh"
+
+namespace dsv4::gpu::detail {
+
+// Score of one key for one query token, computed by a whole warp (valid in every lane): per
+// head a double dot over the head dims (warp reduction), then the bf16 relu/weight products
+// summed in head order.
+__device__ __forceinline__ float index_score_warp(const float* qt, const float* weights_t, const float* key, int heads,
+                                                  int dh, int lane) {
+  float total = 0.0f;
+  for (int h = 0; h < heads; ++h) {
+    double dot = 0.0;
+    for (int k = lane; k < dh; k += 32) dot += double(qt[h * dh + k]) * double(key[k]);
+    dot = warp_sum(dot);
+    const float sv = fmaxf(round_bf16(float(dot)), 0.0f);
+    total += round_bf16(sv * weights_t[h]);
+  }
+  return round_bf16(total);
+}
+
+// Top-k of one token's `visible` scores by one block: ids by descending score, ties → lower
+// id, into sel_t[0, min(k, visible)); *count_t = min(k, visible).
+__device__ __forceinline__ void index_topk_block(const float* s, int64_t visible, int k, int32_t* sel_t,
+                                                 int32_t* count_t) {
+  for (int64_t w = threadIdx.x; w < visible; w += blockDim.x) {
+    const float sw = s[w];
+    int64_t rank = 0;
+    for (int64_t v = 0; v < visible && rank < k; ++v) {
+      const float sv = s[v];
+      rank += (sv > sw || (sv == sw && v < w)) ? 1 : 0;
+    }
+    if (rank < k) sel_t[rank] = int32_t(w);
+  }
+  if (threadIdx.x == 0) *count_t = int32_t(visible < k ? visible : k);
+}
+
+}  // namespace dsv4::gpu::detail
