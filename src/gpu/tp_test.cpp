@@ -8,9 +8,11 @@
 // are added (fp32 all-reduce, one bf16 rounding: per-expert rounding is not reproduced), so
 // logits agree closely but not bitwise. Like the golden tiny-c4 set this model has near-tie
 // routing and clamping experts, so one-ulp differences flip expert choices on some rows and
-// the runs drift apart there (as two correct implementations do, golden README): the tight
-// check is the first position of a one-token prompt; the rest is statistical. A wrong slice
-// or a missing reduction gives rel ≈ 1 everywhere. Skips without two GPUs or without NCCL.
+// the runs drift apart there (as two correct implementations do, golden README; measured on
+// the H200: trunk rows rel p50 0.12, argmax 39/42). The tight check is therefore the MTP block
+// — one split attention + split MoE layer — fed the SAME input streams on both (measured rel
+// 4e-4 .. 8e-3); the trunk is checked statistically. A wrong slice or a missing reduction
+// gives rel ≈ 1 on every row. Skips without two GPUs or without NCCL.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,7 +64,7 @@ TEST(GpuTensorParallel, Tp2MatchesTp1OnPrefillDecodeAndMtp) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_size - 1);
   std::vector<double> rels;
-  double first_row = -1;
+  double mtp_worst = 0;
   int argmax_same = 0, rows = 0;
   for (const int prompt_len : {1, 37, 300}) {
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
@@ -73,7 +75,6 @@ TEST(GpuTensorParallel, Tp2MatchesTp1OnPrefillDecodeAndMtp) {
     auto o1 = tp1->forward(s1, prompt, false, 0, true);
     auto o2 = tp2->forward(s2, prompt, false, 0, true);
     rels.push_back(rel_error(o2.logits, o1.logits));
-    if (prompt_len == 1) first_row = rels.back();
     argmax_same += argmax(o1.logits) == argmax(o2.logits);
     ++rows;
     // MTP over the prefill positions (next ids = the prompt shifted by one).
@@ -81,7 +82,7 @@ TEST(GpuTensorParallel, Tp2MatchesTp1OnPrefillDecodeAndMtp) {
     next.push_back(argmax(o1.logits));
     const auto m1 = tp1->mtp_forward(s1, o1.final_streams, next, 0);
     const auto m2 = tp2->mtp_forward(s2, o1.final_streams, next, 0);
-    rels.push_back(rel_error(m2, m1));
+    mtp_worst = std::max(mtp_worst, rel_error(m2, m1));
     ++rows;
     argmax_same += argmax(m1) == argmax(m2);
     // Greedy decode, both fed the TP1 choice so the positions stay aligned.
@@ -102,13 +103,13 @@ TEST(GpuTensorParallel, Tp2MatchesTp1OnPrefillDecodeAndMtp) {
   const double mean = std::accumulate(rels.begin(), rels.end(), 0.0) / rels.size();
   std::vector<double> sorted = rels;
   std::sort(sorted.begin(), sorted.end());
-  std::printf("[tp2 vs tp1] %d rows: one-token prompt rel %.3g; rel mean %.4g, p50 %.4g, max %.4g; argmax agreement "
-              "%d/%d\n",
-              rows, first_row, mean, sorted[sorted.size() / 2], worst, argmax_same, rows);
+  std::printf("[tp2 vs tp1] MTP block on identical inputs: worst rel %.3g; trunk %zu rows: rel mean %.4g, p50 %.4g, "
+              "max %.4g; argmax agreement %d/%d\n",
+              mtp_worst, rels.size(), mean, sorted[sorted.size() / 2], worst, argmax_same, rows);
   std::printf("[tp2 vs tp1] rows:");
   for (double r : rels) std::printf(" %.3g", r);
   std::printf("\n");
-  EXPECT_LE(first_row, 1e-2);
+  EXPECT_LE(mtp_worst, 2e-2);
   EXPECT_LE(mean, 0.3);
   EXPECT_GE(argmax_same, rows * 85 / 100);
 }
