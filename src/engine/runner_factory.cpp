@@ -41,7 +41,9 @@ std::unique_ptr<ModelRunner> make_gpu_runner(const RunnerOptions& options) {
     model = gpu::GpuModel::load(options.model_dir, go);
     log::info(str_cat("Model: ", options.model_dir, " on the GPU"));
   }
-  return std::make_unique<GpuRunner>(std::move(model));
+  return std::make_unique<GpuRunner>(
+      std::move(model), GpuRunnerOptions{.max_running_requests = options.max_running_requests,
+                                         .mem_fraction_static = options.mem_fraction_static});
 }
 #endif
 

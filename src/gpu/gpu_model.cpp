@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
+#include "gpu/state_pool.h"
 #include "model/rope_policy.h"
 #include "model/tensor_inventory.h"
 #include "numerics/rope.h"
@@ -98,23 +99,21 @@ std::unique_ptr<GpuModel> GpuModel::dummy(const model::ModelConfig& config, uint
 
 GpuSequenceState GpuModel::new_sequence() const {
   GpuSequenceState s;
-  const int total = config_.num_layers() + config_.num_nextn_predict_layers;
-  s.layers.resize(static_cast<size_t>(total));
-  const int64_t d = config_.head_dim;
-  for (int l = 0; l < total; ++l) {
+  const std::vector<LayerStateShape> shape = sequence_state_shape(*this);
+  s.layers.resize(shape.size());
+  for (size_t l = 0; l < shape.size(); ++l) {
     GpuLayerCache& c = s.layers[l];
-    c.window.resize(static_cast<size_t>(config_.sliding_window * d));
+    const LayerStateShape& sh = shape[l];
+    c.window.resize(static_cast<size_t>(sh.window));
     c.window.fill_bytes(0);
-    const BlockW& bw = l < config_.num_layers() ? weights_->layers[l] : weights_->mtp[l - config_.num_layers()].block;
-    auto reset = [&](const CompressorW& cw, DeviceBuffer<float>& kv, DeviceBuffer<float>& sc, DeviceBuffer<float>& entries) {
-      const int64_t slots = (cw.overlap ? 2 : 1) * cw.ratio, width = (cw.overlap ? 2 : 1) * cw.head_dim;
-      kv.resize(static_cast<size_t>(slots * width));
-      sc.resize(static_cast<size_t>(slots * width));
-      compressor_reset(kv.get(), sc.get(), slots * width, nullptr);
-      entries.resize(static_cast<size_t>(std::max<int64_t>(1, max_len_ / cw.ratio) * cw.head_dim));
-    };
-    if (bw.attn.compressor) reset(*bw.attn.compressor, c.comp_kv, c.comp_score, c.compressed);
-    if (bw.attn.indexer) reset(bw.attn.indexer->compressor, c.index_kv, c.index_score, c.index_keys);
+    c.comp_kv.resize(static_cast<size_t>(sh.comp_state));
+    c.comp_score.resize(static_cast<size_t>(sh.comp_state));
+    compressor_reset(c.comp_kv.get(), c.comp_score.get(), sh.comp_state, nullptr);
+    c.compressed.resize(static_cast<size_t>(sh.compressed));
+    c.index_kv.resize(static_cast<size_t>(sh.index_state));
+    c.index_score.resize(static_cast<size_t>(sh.index_state));
+    compressor_reset(c.index_kv.get(), c.index_score.get(), sh.index_state, nullptr);
+    c.index_keys.resize(static_cast<size_t>(sh.index_keys));
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return s;

@@ -30,6 +30,8 @@ struct GpuModelOptions {
   int tp_size = 1;
 };
 
+// One layer's state. Owning buffers from new_sequence(), or non-owning views into a
+// GpuStatePool slot (state_pool.h); the kernels only use get() / size() / bytes().
 struct GpuLayerCache {
   DeviceBuffer<float> window;      // [sliding_window, head_dim]
   DeviceBuffer<float> compressed;  // [max_seq_len / ratio, head_dim]
@@ -42,6 +44,7 @@ struct GpuSequenceState {
   std::vector<GpuLayerCache> layers;  // trunk layers, then MTP blocks
   int64_t length = 0;
   int64_t mtp_length = 0;
+  int32_t slot = -1;  // GpuStatePool slot of the views; -1: owning (new_sequence())
 };
 
 struct GpuForwardOutput {
@@ -72,6 +75,8 @@ class GpuModel {
   int64_t local_groups() const { return config_.o_groups / tp_size_; }
   int64_t local_inter() const { return config_.moe_intermediate_size / tp_size_; }
 
+  // A fresh state in its own allocations (tools, tests); servers take states from a
+  // GpuStatePool instead (one allocation, slots reused). Same sizes and reset either way.
   GpuSequenceState new_sequence() const;
 
   GpuForwardOutput forward(GpuSequenceState& state, std::span<const int32_t> tokens,
