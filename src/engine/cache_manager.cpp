@@ -46,7 +46,8 @@ KvCacheManager::KvCacheManager(CacheLayout layout, int64_t byte_budget, int64_t 
   }
   const int64_t fixed = layout_.fixed_bytes_per_sequence();
   const double per_token = layout_.bytes_per_token();
-  int64_t seqs = max_sequences;
+  DSV4_CHECK(layout_.max_sequences >= 0, "cache layout: max_sequences must be >= 0");
+  int64_t seqs = layout_.max_sequences > 0 ? std::min(max_sequences, layout_.max_sequences) : max_sequences;
   if (fixed > 0) {
     const int64_t fixed_share = per_token > 0 ? byte_budget / 2 : byte_budget;
     seqs = std::min(seqs, fixed_share / fixed);
@@ -70,7 +71,7 @@ KvCacheManager::KvCacheManager(CacheLayout layout, int64_t byte_budget, int64_t 
       p.num_pages = token_capacity / (p.spec.tokens_per_entry * p.spec.entries_per_page);
     }
     DSV4_CHECK(p.num_pages < (int64_t{1} << 31), "cache pool ", p.spec.name, " has too many pages");
-    p.arena.resize(static_cast<size_t>(p.num_pages * p.page_bytes));
+    if (!p.spec.device_resident) p.arena.resize(static_cast<size_t>(p.num_pages * p.page_bytes));
     p.free.reserve(static_cast<size_t>(p.num_pages));
     for (int64_t k = p.num_pages - 1; k >= 0; --k) p.free.push_back(static_cast<int32_t>(k));
   }
@@ -98,7 +99,7 @@ int32_t KvCacheManager::take_page(int pool) {
   DSV4_CHECK(!p.free.empty(), "cache pool ", p.spec.name, " is out of pages");
   const int32_t id = p.free.back();
   p.free.pop_back();
-  std::memset(page_ptr(pool, id), 0, static_cast<size_t>(p.page_bytes));
+  if (!p.spec.device_resident) std::memset(page_ptr(pool, id), 0, static_cast<size_t>(p.page_bytes));
   return id;
 }
 
@@ -161,9 +162,13 @@ const BlockTable& KvCacheManager::table(SequenceId seq) const {
 }
 
 std::byte* KvCacheManager::page_ptr(int pool, int32_t page) {
+  DSV4_CHECK(!pools_[pool].spec.device_resident, "cache pool ", pools_[pool].spec.name,
+             " is device-resident: its bytes live in the runner, not in host memory");
   return pools_[pool].arena.data() + static_cast<int64_t>(page) * pools_[pool].page_bytes;
 }
 const std::byte* KvCacheManager::page_ptr(int pool, int32_t page) const {
+  DSV4_CHECK(!pools_[pool].spec.device_resident, "cache pool ", pools_[pool].spec.name,
+             " is device-resident: its bytes live in the runner, not in host memory");
   return pools_[pool].arena.data() + static_cast<int64_t>(page) * pools_[pool].page_bytes;
 }
 
@@ -179,6 +184,9 @@ std::byte* KvCacheManager::entry(const BlockTable& table, int pool, int64_t entr
 }
 
 SerializedState KvCacheManager::export_pages(SequenceId seq) const {
+  for (const Pool& p : pools_) {
+    DSV4_CHECK(!p.spec.device_resident, "cannot export pool ", p.spec.name, ": it is device-resident");
+  }
   const BlockTable& t = table(seq);
   SerializedState s;
   s.num_tokens = t.num_tokens;
@@ -199,8 +207,10 @@ void KvCacheManager::import_pages(SequenceId seq, const SerializedState& state) 
   for (size_t i = 0; i < pools_.size(); ++i) {
     const PoolSpec& a = state.layout[i];
     const PoolSpec& b = pools_[i].spec;
+    DSV4_CHECK(!b.device_resident, "cannot import into pool ", b.name, ": it is device-resident");
     DSV4_CHECK(a.bytes_per_entry == b.bytes_per_entry && a.entries_per_page == b.entries_per_page &&
-                   a.tokens_per_entry == b.tokens_per_entry && a.kind == b.kind && a.ring_entries == b.ring_entries,
+                   a.tokens_per_entry == b.tokens_per_entry && a.kind == b.kind && a.ring_entries == b.ring_entries &&
+                   a.device_resident == b.device_resident,
                "imported pool ", a.name, " does not match local pool ", b.name);
   }
   DSV4_CHECK(can_admit(state.num_tokens), "no cache room to import ", state.num_tokens, " tokens");
@@ -225,6 +235,7 @@ CacheUsage KvCacheManager::usage() const {
   for (const Pool& p : pools_) {
     const int64_t used = p.num_pages - static_cast<int64_t>(p.free.size());
     u.total_bytes += p.num_pages * p.page_bytes;
+    u.host_bytes += static_cast<int64_t>(p.arena.size());
     u.used_bytes += used * p.page_bytes;
     if (is_fixed(p.spec)) {
       u.max_sequences = p.num_pages / std::max<int64_t>(1, fixed_pages(p));

@@ -9,6 +9,10 @@
 //   kPaged : one entry per tokens_per_entry tokens, pages added as the sequence grows;
 //   kState : ring_entries fixed entries per sequence (compressor state), allocated at creation.
 // Pages are zeroed when handed out, so a fresh sequence starts from zeroed state.
+// A device-resident pool (PoolSpec::device_resident) is accounting only: its pages and
+// tables are tracked for admission exactly like a host pool's, but its bytes live in the
+// runner's device memory (GpuRunner's state pool), so no host arena is allocated and
+// entry() / export_pages() / import_pages() refuse it.
 //
 // Thread-safety: none; only the engine thread uses it (usage() snapshots are plain values).
 // Ownership: the manager owns the arenas and every BlockTable; pointers from entry() stay
@@ -35,10 +39,17 @@ struct PoolSpec {
   int64_t entries_per_page = 1;  // > 0
   PoolKind kind = PoolKind::kPaged;
   int64_t ring_entries = 0;      // kRing: ring size (128); kState: entries per sequence
+  bool device_resident = false;  // bytes kept by the runner on its device: account only
 };
 
 struct CacheLayout {
   std::vector<PoolSpec> pools;
+  // > 0: the runner holds at most this many sequences (e.g. its device state slots); the
+  // manager's fixed pools and the engine's max_running_requests are clamped to it.
+  int64_t max_sequences = 0;
+  // > 0: the runner sized its pools itself (device memory planner, --mem-fraction-static);
+  // the engine passes this budget instead of --cpu-cache-bytes.
+  int64_t byte_budget = 0;
   // Bytes one sequence needs independent of its length (rings + states).
   int64_t fixed_bytes_per_sequence() const;
   // Average bytes per token of the growing pools.
@@ -63,6 +74,7 @@ struct SerializedState {
 struct CacheUsage {
   int64_t total_bytes = 0;
   int64_t used_bytes = 0;
+  int64_t host_bytes = 0;     // of total_bytes, allocated in host arenas (0: all device-resident)
   int64_t max_sequences = 0;  // fixed-pool capacity
   int64_t used_sequences = 0;
   int64_t token_capacity = 0;  // tokens the growing pools hold in total
@@ -74,8 +86,9 @@ struct CacheUsage {
 class KvCacheManager {
  public:
   // Sizes the arenas from byte_budget: fixed pools get `max_sequences` sequence slots
-  // (reduced to use at most half the budget), the growing pools share the rest so each
-  // holds the same number of tokens (at least max_context tokens when possible).
+  // (at most layout.max_sequences when set; reduced to use at most half the budget), the
+  // growing pools share the rest so each holds the same number of tokens (at least
+  // max_context tokens when possible). Device-resident pools get no host arena.
   // Throws dsv4::Error when not even one sequence of max_context tokens fits.
   KvCacheManager(CacheLayout layout, int64_t byte_budget, int64_t max_sequences,
                  int64_t max_context);
@@ -114,7 +127,7 @@ class KvCacheManager {
     PoolSpec spec;
     int64_t num_pages = 0;
     int64_t page_bytes = 0;
-    std::vector<std::byte> arena;  // num_pages * page_bytes
+    std::vector<std::byte> arena;  // num_pages * page_bytes (empty when device-resident)
     std::vector<int32_t> free;     // stack of free page ids
   };
   int64_t pages_for_tokens(const Pool& p, int64_t tokens) const;

@@ -134,5 +134,51 @@ TEST(KvCacheManager, ImportRejectsOtherLayouts) {
   EXPECT_FALSE(m.contains(2));
 }
 
+// The CUDA runner's layout: one fixed state slot per sequence whose bytes live on the device.
+CacheLayout device_layout(int64_t slot_bytes, int64_t slots) {
+  CacheLayout l;
+  l.pools.push_back({.name = "cuda.sequence_state", .bytes_per_entry = slot_bytes, .tokens_per_entry = 1,
+                     .entries_per_page = 1, .kind = PoolKind::kState, .ring_entries = 1, .device_resident = true});
+  l.max_sequences = slots;
+  l.byte_budget = slots * slot_bytes;
+  return l;
+}
+
+TEST(KvCacheManager, DeviceResidentPoolAccountsWithoutHostBytes) {
+  // 16 slots of 64 GiB: 1 TiB that could never be a host arena; only accounted.
+  const int64_t slot = int64_t{64} << 30;
+  const CacheLayout layout = device_layout(slot, 16);
+  KvCacheManager m(layout, layout.byte_budget, 64, 65536);
+  CacheUsage u = m.usage();
+  EXPECT_EQ(u.max_sequences, 16);  // clamped to the runner's slots, not max_sequences=64
+  EXPECT_EQ(u.total_bytes, 16 * slot);
+  EXPECT_EQ(u.host_bytes, 0);
+  EXPECT_TRUE(m.can_admit(65536));
+  for (SequenceId s = 1; s <= 16; ++s) m.allocate(s);
+  EXPECT_FALSE(m.can_admit(1));  // admission stops at the slot count
+  EXPECT_THROW(m.allocate(17), Error);
+  u = m.usage();
+  EXPECT_EQ(u.used_sequences, 16);
+  EXPECT_EQ(u.used_bytes, 16 * slot);
+  EXPECT_THROW(m.entry(m.table(1), 0, 0), Error);  // no host bytes to address
+  EXPECT_THROW(m.export_pages(1), Error);
+  m.free(3);
+  EXPECT_TRUE(m.can_admit(1));
+  m.allocate(17);
+  for (SequenceId s = 1; s <= 17; ++s) m.free(s);
+  EXPECT_EQ(m.num_sequences(), 0);
+  EXPECT_EQ(m.free_pages(0), 16);
+  // The engine's smaller --max-running-requests wins over the runner's slot count.
+  KvCacheManager few(layout, layout.byte_budget, 4, 65536);
+  EXPECT_EQ(few.usage().max_sequences, 4);
+}
+
+TEST(KvCacheManager, HostPoolsStillAllocateArenas) {
+  KvCacheManager m(v4_like_layout(), 8 << 20, 8, 1024);
+  const CacheUsage u = m.usage();
+  EXPECT_EQ(u.host_bytes, u.total_bytes);
+  EXPECT_GT(u.host_bytes, 0);
+}
+
 }  // namespace
 }  // namespace dsv4::engine

@@ -25,6 +25,18 @@ std::string fixed2(double v) {
   std::snprintf(buf, sizeof(buf), "%.2f", v);
   return buf;
 }
+// The runner's own limit on concurrent sequences (its device state slots) caps
+// --max-running-requests, so the scheduler never plans more sequences than fit.
+EngineConfig fit_to_runner(EngineConfig c, const ModelRunner* runner) {
+  if (runner == nullptr) return c;
+  const int64_t slots = runner->cache_layout().max_sequences;
+  if (slots > 0 && c.max_running_requests > slots) {
+    log::info(str_cat("max_running_requests lowered from ", c.max_running_requests, " to ", slots,
+                      " (the ", runner->name(), " runner's sequence slots)"));
+    c.max_running_requests = slots;
+  }
+  return c;
+}
 }  // namespace
 
 const char* to_string(RequestState s) {
@@ -69,7 +81,7 @@ struct Engine::Inbox {
 };
 
 Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner)
-    : config_(std::move(config)),
+    : config_(fit_to_runner(std::move(config), runner.get())),
       runner_(std::move(runner)),
       scheduler_(SchedulerConfig{config_.max_running_requests, config_.chunked_prefill_size}),
       inbox_(std::make_unique<Inbox>()),
@@ -82,14 +94,16 @@ Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner)
   max_context_ = config_.max_context > 0 ? std::min(config_.max_context, runner_->max_context()) : runner_->max_context();
   sample_vocab_ = config_.sample_vocab_size > 0 ? std::min(config_.sample_vocab_size, vocab_size_) : vocab_size_;
   eos_.insert(config_.eos_ids.begin(), config_.eos_ids.end());
-  cache_ = std::make_unique<KvCacheManager>(runner_->cache_layout(), config_.cpu_cache_bytes,
-                                            config_.max_running_requests, max_context_);
+  // A runner that planned its own (device) pools brings their budget; else --cpu-cache-bytes.
+  CacheLayout layout = runner_->cache_layout();
+  const int64_t budget = layout.byte_budget > 0 ? layout.byte_budget : config_.cpu_cache_bytes;
+  cache_ = std::make_unique<KvCacheManager>(std::move(layout), budget, config_.max_running_requests, max_context_);
   runner_->bind_cache(*cache_);
   const CacheUsage u = cache_->usage();
   metrics_.cache_total_bytes = u.total_bytes;
   log::info(str_cat("Engine: runner=", runner_name_, ", vocab=", vocab_size_, ", sample vocab=", sample_vocab_,
-                    ", max context=", max_context_, ", cache ", u.total_bytes, " bytes in ",
-                    cache_->layout().pools.size(), " pools, max sequences=", u.max_sequences,
+                    ", max context=", max_context_, ", cache ", u.total_bytes, " bytes (", u.host_bytes,
+                    " in host memory) in ", cache_->layout().pools.size(), " pools, max sequences=", u.max_sequences,
                     ", token capacity=", u.token_capacity));
 }
 

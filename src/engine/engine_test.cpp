@@ -175,6 +175,23 @@ TEST(Engine, AbortsAndFinishesReturnEveryPage) {
   EXPECT_GE(aborted, 1);
 }
 
+TEST(Engine, DeviceSlotsCapRunningRequestsWithoutHostArena) {
+  auto runner = std::make_unique<TestRunner>();
+  runner->device_slots = 3;
+  TestRunner* raw = runner.get();
+  Collector col;
+  Engine e(config(), std::move(runner));  // max_running_requests 16 > 3 slots
+  EXPECT_EQ(e.config().max_running_requests, 3);
+  EXPECT_EQ(e.metrics().cache_total_bytes.load(), 3 * (int64_t{1} << 30));  // accounted, not allocated
+  for (int k = 0; k < 12; ++k) ASSERT_EQ(e.submit(input(20 + k, k, 6, col, k)).status, SubmitStatus::kOk);
+  e.start();  // all 12 wait: the first step admits as many as there are slots
+  col.wait_all(12);
+  e.stop();
+  for (auto& [k, r] : col.results) EXPECT_EQ(r.tokens.size(), 6u) << k;
+  EXPECT_EQ(raw->peak_live_states, 3u);
+  EXPECT_EQ(raw->live_states(), 0u);
+}
+
 TEST(Engine, QueueLimitRejectsAndDrainStopsAccepting) {
   EngineConfig c = config();
   c.max_running_requests = 1;

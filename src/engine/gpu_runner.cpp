@@ -1,6 +1,8 @@
 #include "engine/gpu_runner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -8,29 +10,39 @@
 #include "engine/log.h"
 
 namespace dsv4::engine {
-namespace {
-
-int64_t state_bytes(const gpu::GpuSequenceState& s) {
-  int64_t total = 0;
-  for (const gpu::GpuLayerCache& c : s.layers) {
-    total += static_cast<int64_t>(c.window.bytes() + c.compressed.bytes() + c.index_keys.bytes() +
-                                  c.comp_kv.bytes() + c.comp_score.bytes() + c.index_kv.bytes() +
-                                  c.index_score.bytes());
-  }
-  return total;
-}
-
-}  // namespace
 
 GpuRunner::GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions options) : model_(std::move(model)) {
   DSV4_CHECK(model_ != nullptr, "GpuRunner needs a model");
-  state_bytes_ = std::max<int64_t>(1, state_bytes(model_->new_sequence()));
-  size_t free_b = 0, total_b = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  log::info(str_cat("CUDA runner: ", state_bytes_, " device bytes of state per sequence (max context ",
-                    max_context(), "); ", static_cast<int64_t>(free_b) / state_bytes_,
-                    " sequences fit in the free device memory (", free_b >> 20, " MiB free of ", total_b >> 20,
-                    " MiB)"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<gpu::LayerStateShape> shape = gpu::sequence_state_shape(*model_);
+  // The tightest rank decides (tensor parallelism: devices 0..tp-1).
+  size_t free_b = SIZE_MAX, total_b = 0;
+  for (int r = model_->tp_size() - 1; r >= 0; --r) {
+    CUDA_CHECK(cudaSetDevice(r));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    size_t f = 0, t = 0;
+    CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    if (f < free_b) free_b = f, total_b = t;
+  }  // ends on device 0
+  model::StatePlanInput in;
+  in.total_bytes = static_cast<int64_t>(total_b);
+  in.used_bytes = static_cast<int64_t>(total_b - free_b);
+  in.mem_fraction_static = options.mem_fraction_static;
+  in.reserve_bytes = options.reserve_bytes;
+  in.slot_bytes = gpu::GpuStatePool::slot_bytes_for(shape);
+  in.max_running_requests = options.max_running_requests;
+  in.padding_slots = 0;  // graph padding rows use GpuModel's own scratch sequence
+  in.max_context = max_context();
+  plan_ = model::plan_state_slots(in);
+  // One pool per tensor-parallel rank (device r); a sequence holds the same slot in each.
+  for (int r = 0; r < model_->tp_size(); ++r)
+    pools_.push_back(std::make_unique<gpu::GpuStatePool>(shape, plan_.slots, r));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  log::info(str_cat("CUDA runner: device memory ", total_b >> 20, " MiB, ", in.used_bytes >> 20,
+                    " MiB in use after loading the weights, ", in.reserve_bytes >> 20,
+                    " MiB reserved for activations/graphs, budget ", plan_.budget_bytes >> 20,
+                    " MiB; pool allocated in ", static_cast<int64_t>(ms), " ms"));
+  log::info(plan_.summary());
   if (options.cuda_graph_max_bs > 0) {
     model_->enable_decode_graphs(options.cuda_graph_max_bs);
     const double s = model_->capture_decode_graphs();
@@ -45,11 +57,46 @@ GpuRunner::GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions opti
 GpuRunner::~GpuRunner() = default;
 
 CacheLayout GpuRunner::cache_layout() const {
-  // One fixed entry per sequence, as large as its device state: admission accounting only.
+  // One fixed entry per sequence, as large as its device slot: admission accounting only.
   CacheLayout layout;
-  layout.pools.push_back({.name = "cuda.sequence_state", .bytes_per_entry = state_bytes_, .tokens_per_entry = 1,
-                          .entries_per_page = 1, .kind = PoolKind::kState, .ring_entries = 1});
+  layout.pools.push_back({.name = "cuda.sequence_state", .bytes_per_entry = pools_[0]->slot_bytes(),
+                          .tokens_per_entry = 1, .entries_per_page = 1, .kind = PoolKind::kState,
+                          .ring_entries = 1, .device_resident = true});
+  layout.max_sequences = plan_.max_sequences;
+  layout.byte_budget = plan_.max_sequences * pools_[0]->slot_bytes();
   return layout;
+}
+
+void GpuRunner::release(SequenceId seq) {
+  const auto it = states_.find(seq);
+  if (it == states_.end()) return;
+  pools_[0]->release(it->second.slot);
+  for (size_t r = 1; r < pools_.size(); ++r) pools_[r]->release(it->second.peers[r - 1].slot);
+  states_.erase(it);
+}
+
+gpu::GpuSequenceState GpuRunner::acquire_all() {
+  gpu::GpuSequenceState own = pools_[0]->acquire();
+  for (size_t r = 1; r < pools_.size(); ++r) own.peers.push_back(pools_[r]->acquire());
+  return own;
+}
+
+gpu::GpuSequenceState& GpuRunner::state_for(const Item& item) {
+  auto it = states_.find(item.seq);
+  if (item.start_pos == 0) {
+    if (it == states_.end()) {
+      it = states_.emplace(item.seq, acquire_all()).first;
+    } else if (it->second.length != 0) {  // recomputation from scratch
+      pools_[0]->reset(it->second);
+      for (size_t r = 1; r < pools_.size(); ++r) pools_[r]->reset(it->second.peers[r - 1]);
+    }
+    return it->second;
+  }
+  DSV4_CHECK(it != states_.end(), "GpuRunner: sequence ", item.seq, " continues at position ", item.start_pos,
+             " but has no device state");
+  DSV4_CHECK(it->second.length == item.start_pos, "GpuRunner: sequence ", item.seq, " holds ", it->second.length,
+             " positions, the step starts at ", item.start_pos);
+  return it->second;
 }
 
 void GpuRunner::forward(std::span<const Item> items, std::span<float> logits_out) {
@@ -61,34 +108,22 @@ void GpuRunner::forward(std::span<const Item> items, std::span<float> logits_out
   std::vector<int32_t> decode_tokens;
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
-    auto it = states_.find(item.seq);
-    if (item.start_pos == 0) {
-      if (it == states_.end()) {
-        it = states_.emplace(item.seq, model_->new_sequence()).first;
-      } else if (it->second.length != 0) {
-        it->second = model_->new_sequence();  // recomputation from scratch
-      }
-    } else {
-      DSV4_CHECK(it != states_.end(), "GpuRunner: sequence ", item.seq, " continues at position ", item.start_pos,
-                 " but has no device state");
-      DSV4_CHECK(it->second.length == item.start_pos, "GpuRunner: sequence ", item.seq, " holds ",
-                 it->second.length, " positions, the step starts at ", item.start_pos);
-    }
+    gpu::GpuSequenceState& state = state_for(item);
     // decode() equals forward() with the whole window as the window part: a single token past
     // the prompt (a last one-token prefill chunk keeps the prompt's one-shot layout: forward).
     const bool decode_item = item.tokens.size() == 1 && item.start_pos > 0 && item.start_pos >= item.prompt_length;
     if (decode_item) {
       decode_items.push_back(i);
-      decode_states.push_back(&it->second);
+      decode_states.push_back(&state);
       decode_tokens.push_back(item.tokens[0]);
       continue;
     }
     try {
-      const auto out = model_->forward(it->second, item.tokens, false, item.prompt_length, false);
+      const auto out = model_->forward(state, item.tokens, false, item.prompt_length, false);
       DSV4_CHECK(static_cast<int64_t>(out.logits.size()) == vocab, "GpuRunner: logits size");
       std::copy(out.logits.begin(), out.logits.end(), logits_out.begin() + static_cast<int64_t>(i) * vocab);
     } catch (...) {
-      states_.erase(item.seq);  // a half-updated state must not be continued
+      release(item.seq);  // a half-updated state must not be continued
       throw;
     }
   }
@@ -97,7 +132,7 @@ void GpuRunner::forward(std::span<const Item> items, std::span<float> logits_out
   try {
     model_->decode(decode_states, decode_tokens, logits);
   } catch (...) {
-    for (size_t j : decode_items) states_.erase(items[j].seq);
+    for (size_t j : decode_items) release(items[j].seq);  // half-updated states must not be continued
     throw;
   }
   for (size_t j = 0; j < decode_items.size(); ++j) {

@@ -42,8 +42,10 @@ std::unique_ptr<ModelRunner> make_gpu_runner(const RunnerOptions& options) {
     model = gpu::GpuModel::load(options.model_dir, go);
     log::info(str_cat("Model: ", options.model_dir, " on the GPU"));
   }
-  return std::make_unique<GpuRunner>(std::move(model),
-                                     GpuRunnerOptions{.cuda_graph_max_bs = options.cuda_graph_max_bs});
+  return std::make_unique<GpuRunner>(
+      std::move(model), GpuRunnerOptions{.max_running_requests = options.max_running_requests,
+                                         .mem_fraction_static = options.mem_fraction_static,
+                                         .cuda_graph_max_bs = options.cuda_graph_max_bs});
 }
 #endif
 

@@ -7,6 +7,7 @@
 // manager's entries. `forced(history)` may return a token id that then dominates the row.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -27,6 +28,14 @@ class TestRunner : public ModelRunner {
   int64_t max_context() const override { return max_context_; }
   CacheLayout cache_layout() const override {
     CacheLayout l;
+    if (device_slots > 0) {  // like GpuRunner: fixed device slots, accounted only
+      l.pools.push_back({.name = "device.sequence_state", .bytes_per_entry = int64_t{1} << 30, .tokens_per_entry = 1,
+                         .entries_per_page = 1, .kind = PoolKind::kState, .ring_entries = 1,
+                         .device_resident = true});
+      l.max_sequences = device_slots;
+      l.byte_budget = device_slots * (int64_t{1} << 30);
+      return l;
+    }
     l.pools.push_back({"layer0.window", 8, 1, 4, PoolKind::kRing, 8});
     l.pools.push_back({"layer0.csa_kv", 8, 4, 4, PoolKind::kPaged, 0});
     l.pools.push_back({"layer0.compressor", 16, 1, 1, PoolKind::kState, 2});
@@ -58,6 +67,7 @@ class TestRunner : public ModelRunner {
       }
       ++forward_items;
     }
+    peak_live_states = std::max(peak_live_states, state_.size());
   }
   void release(SequenceId seq) override { state_.erase(seq); }
   std::string name() const override { return "test"; }
@@ -67,6 +77,8 @@ class TestRunner : public ModelRunner {
   std::function<int32_t(const std::vector<int32_t>& history)> forced;
   std::chrono::microseconds step_delay{0};
   int64_t forward_items = 0;
+  size_t peak_live_states = 0;
+  int64_t device_slots = 0;  // > 0: a device-resident layout of this many sequence slots
 
   static uint64_t mix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;

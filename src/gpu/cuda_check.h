@@ -2,7 +2,9 @@
 //
 // CUDA_CHECK(expr) throws dsv4::Error with the stringified expression, file:line and the CUDA
 // error string. DeviceBuffer<T> owns one cudaMalloc allocation (move-only); resize() drops the
-// old contents. has_cuda_device() is what tests use to GTEST_SKIP on machines without a GPU.
+// old contents. DeviceBuffer<T>::view(ptr, n) is a non-owning buffer over memory owned
+// elsewhere (a GpuStatePool slot): same accessors, frees nothing, never reallocates.
+// has_cuda_device() is what tests use to GTEST_SKIP on machines without a GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -62,19 +64,34 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t count) { resize(count); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)), owns_(std::exchange(o.owns_, true)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       n_ = std::exchange(o.n_, 0);
+      owns_ = std::exchange(o.owns_, true);
     }
     return *this;
   }
   ~DeviceBuffer() { release(); }
 
+  // A non-owning view of `count` elements at device address `ptr` (nullptr when count is 0).
+  // The memory must outlive the view. resize() and reserve() beyond size() throw; upload()
+  // copies in place and needs exactly size() elements.
+  static DeviceBuffer view(T* ptr, size_t count) {
+    DeviceBuffer b;
+    b.ptr_ = count > 0 ? ptr : nullptr;
+    b.n_ = count;
+    b.owns_ = false;
+    return b;
+  }
+  bool is_view() const { return !owns_; }
+
   // Reallocates to exactly `count` elements (contents undefined).
   void resize(size_t count) {
+    DSV4_CHECK(owns_, "cannot resize a non-owning DeviceBuffer view of ", n_, " elements to ", count);
     release();
     if (count > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
     n_ = count;
@@ -84,7 +101,8 @@ class DeviceBuffer {
     if (count > n_) resize(count);
   }
   void upload(const T* host, size_t count) {
-    resize(count);
+    if (owns_) resize(count);
+    DSV4_CHECK(count == n_, "upload of ", count, " elements into a view of ", n_);
     if (count > 0) CUDA_CHECK(cudaMemcpy(ptr_, host, count * sizeof(T), cudaMemcpyHostToDevice));
   }
   void upload(const std::vector<T>& v) { upload(v.data(), v.size()); }
@@ -105,12 +123,13 @@ class DeviceBuffer {
 
  private:
   void release() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr && owns_) cudaFree(ptr_);
     ptr_ = nullptr;
     n_ = 0;
   }
   T* ptr_ = nullptr;
   size_t n_ = 0;
+  bool owns_ = true;  // false: a view (see view())
 };
 
 }  // namespace dsv4::gpu

@@ -14,6 +14,7 @@
 #include "gpu/gpu_model_workspace.h"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
+#include "gpu/state_pool.h"
 #include "model/rope_policy.h"
 #include "model/tensor_inventory.h"
 #include "numerics/rope.h"
@@ -195,23 +196,21 @@ GpuSequenceState GpuModel::new_sequence_shard() const { return new_sequence_for(
 
 GpuSequenceState GpuModel::new_sequence_for(int64_t positions) const {
   GpuSequenceState s;
-  const int total = config_.num_layers() + config_.num_nextn_predict_layers;
-  s.layers.resize(static_cast<size_t>(total));
-  const int64_t d = config_.head_dim;
-  for (int l = 0; l < total; ++l) {
+  const std::vector<LayerStateShape> shape = sequence_state_shape(config_, *weights_, positions);
+  s.layers.resize(shape.size());
+  for (size_t l = 0; l < shape.size(); ++l) {
     GpuLayerCache& c = s.layers[l];
-    c.window.resize(static_cast<size_t>(config_.sliding_window * d));
+    const LayerStateShape& sh = shape[l];
+    c.window.resize(static_cast<size_t>(sh.window));
     c.window.fill_bytes(0);
-    const BlockW& bw = l < config_.num_layers() ? weights_->layers[l] : weights_->mtp[l - config_.num_layers()].block;
-    auto reset = [&](const CompressorW& cw, DeviceBuffer<float>& kv, DeviceBuffer<float>& sc, DeviceBuffer<float>& entries) {
-      const int64_t slots = (cw.overlap ? 2 : 1) * cw.ratio, width = (cw.overlap ? 2 : 1) * cw.head_dim;
-      kv.resize(static_cast<size_t>(slots * width));
-      sc.resize(static_cast<size_t>(slots * width));
-      compressor_reset(kv.get(), sc.get(), slots * width, stream_);
-      entries.resize(static_cast<size_t>(std::max<int64_t>(1, positions / cw.ratio) * cw.head_dim));
-    };
-    if (bw.attn.compressor) reset(*bw.attn.compressor, c.comp_kv, c.comp_score, c.compressed);
-    if (bw.attn.indexer) reset(bw.attn.indexer->compressor, c.index_kv, c.index_score, c.index_keys);
+    c.comp_kv.resize(static_cast<size_t>(sh.comp_state));
+    c.comp_score.resize(static_cast<size_t>(sh.comp_state));
+    compressor_reset(c.comp_kv.get(), c.comp_score.get(), sh.comp_state, stream_);
+    c.compressed.resize(static_cast<size_t>(sh.compressed));
+    c.index_kv.resize(static_cast<size_t>(sh.index_state));
+    c.index_score.resize(static_cast<size_t>(sh.index_state));
+    compressor_reset(c.index_kv.get(), c.index_score.get(), sh.index_state, stream_);
+    c.index_keys.resize(static_cast<size_t>(sh.index_keys));
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return s;

@@ -40,6 +40,8 @@ struct GpuModelOptions {
   int tp_size = 1;
 };
 
+// One layer's state. Owning buffers from new_sequence(), or non-owning views into a
+// GpuStatePool slot (state_pool.h); the kernels only use get() / size() / bytes().
 struct GpuLayerCache {
   DeviceBuffer<float> window;      // [sliding_window, head_dim]
   DeviceBuffer<float> compressed;  // [max_seq_len / ratio, head_dim]
@@ -53,6 +55,7 @@ struct GpuSequenceState {
   int64_t length = 0;
   int64_t mtp_length = 0;
   std::vector<GpuSequenceState> peers;  // tensor parallelism: ranks 1.. (their own devices)
+  int32_t slot = -1;  // GpuStatePool slot of the views; -1: owning (new_sequence())
 };
 
 struct GpuForwardOutput {
@@ -83,6 +86,8 @@ class GpuModel {
   int64_t local_groups() const { return config_.o_groups / tp_size_; }
   int64_t local_inter() const { return config_.moe_intermediate_size / tp_size_; }
 
+  // A fresh state in its own allocations (tools, tests); servers take states from a
+  // GpuStatePool instead (one allocation, slots reused). Same sizes and reset either way.
   GpuSequenceState new_sequence() const;
   cudaStream_t stream() const { return stream_; }
 

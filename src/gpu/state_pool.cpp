@@ -1,0 +1,166 @@
+#include "gpu/state_pool.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "gpu/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Makes `device` current for a scope and restores the previous device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    CUDA_CHECK(cudaGetDevice(&prev_));
+    if (device != prev_) CUDA_CHECK(cudaSetDevice(device));
+    switched_ = device != prev_;
+  }
+  ~DeviceScope() {
+    if (switched_) (void)cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool switched_ = false;
+};
+
+// fp32 counts of the fields in slot order.
+std::array<int64_t, GpuStatePool::kNumFields> field_counts(const LayerStateShape& s) {
+  return {s.window, s.compressed, s.index_keys, s.comp_state, s.comp_state, s.index_state, s.index_state};
+}
+
+}  // namespace
+
+std::vector<LayerStateShape> sequence_state_shape(const model::ModelConfig& config, const GpuWeights& weights,
+                                                  int64_t max_len) {
+  const int trunk = config.num_layers();
+  const int total = trunk + config.num_nextn_predict_layers;
+  std::vector<LayerStateShape> out(static_cast<size_t>(total));
+  for (int l = 0; l < total; ++l) {
+    LayerStateShape& s = out[l];
+    s.window = int64_t{config.sliding_window} * config.head_dim;
+    const BlockW& bw = l < trunk ? weights.layers[l] : weights.mtp[l - trunk].block;
+    // A compressor's state is [c·ratio, c·head_dim] (c = 2 when overlapped); its entries
+    // [max(1, max_len / ratio), head_dim].
+    auto sizes = [&](const CompressorW& cw, int64_t& state, int64_t& entries) {
+      const int64_t c = cw.overlap ? 2 : 1;
+      state = c * cw.ratio * c * cw.head_dim;
+      entries = std::max<int64_t>(1, max_len / cw.ratio) * cw.head_dim;
+    };
+    if (bw.attn.compressor) sizes(*bw.attn.compressor, s.comp_state, s.compressed);
+    if (bw.attn.indexer) sizes(bw.attn.indexer->compressor, s.index_state, s.index_keys);
+  }
+  return out;
+}
+
+int64_t GpuStatePool::slot_bytes_for(const std::vector<LayerStateShape>& shape) {
+  int64_t bytes = 0;
+  for (const LayerStateShape& s : shape) {
+    for (int64_t count : field_counts(s)) bytes += align_up(count * int64_t{sizeof(float)}, kAlign);
+  }
+  return std::max<int64_t>(bytes, kAlign);
+}
+
+GpuStatePool::GpuStatePool(std::vector<LayerStateShape> shape, int64_t slots, int device)
+    : shape_(std::move(shape)), slots_(slots) {
+  DSV4_CHECK(slots_ >= 1 && slots_ < (int64_t{1} << 31), "state pool: bad slot count ", slots_);
+  if (device < 0) CUDA_CHECK(cudaGetDevice(&device));
+  device_ = device;
+  const DeviceScope on(device_);
+  offsets_.resize(shape_.size());
+  int64_t off = 0;
+  for (size_t l = 0; l < shape_.size(); ++l) {
+    const auto counts = field_counts(shape_[l]);
+    for (int f = 0; f < kNumFields; ++f) {
+      offsets_[l][f] = off;
+      off += align_up(counts[f] * int64_t{sizeof(float)}, kAlign);
+    }
+  }
+  slot_bytes_ = slot_bytes_for(shape_);
+  DSV4_CHECK(off <= slot_bytes_, "state pool: layout of ", off, " bytes exceeds the slot size ", slot_bytes_);
+  memory_.resize(static_cast<size_t>(slots_ * slot_bytes_));  // one cudaMalloc: exportable (CUDA IPC)
+  in_use_.assign(static_cast<size_t>(slots_), false);
+  free_.reserve(static_cast<size_t>(slots_));
+  for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
+}
+
+GpuStatePool::~GpuStatePool() {
+  int prev = 0;
+  if (cudaGetDevice(&prev) != cudaSuccess) return;
+  if (prev != device_) (void)cudaSetDevice(device_);
+  memory_ = DeviceBuffer<std::byte>();  // cudaFree on the pool's device
+  if (prev != device_) (void)cudaSetDevice(prev);
+}
+
+int64_t GpuStatePool::field_count(int64_t layer, Field f) const {
+  return field_counts(shape_.at(static_cast<size_t>(layer)))[f];
+}
+
+std::byte* GpuStatePool::slot_ptr(int64_t slot) {
+  DSV4_CHECK(slot >= 0 && slot < slots_, "state pool: slot ", slot, " out of range [0, ", slots_, ")");
+  return memory_.get() + slot * slot_bytes_;
+}
+
+GpuSequenceState GpuStatePool::acquire(cudaStream_t stream) {
+  DSV4_CHECK(!free_.empty(), "state pool: all ", slots_, " sequence slots are in use");
+  const int32_t slot = free_.back();
+  std::byte* base = slot_ptr(slot);
+  GpuSequenceState st;
+  st.slot = slot;
+  st.layers.resize(shape_.size());
+  for (size_t l = 0; l < shape_.size(); ++l) {
+    const auto counts = field_counts(shape_[l]);
+    auto view = [&](int f) {
+      return DeviceBuffer<float>::view(reinterpret_cast<float*>(base + offsets_[l][f]), static_cast<size_t>(counts[f]));
+    };
+    GpuLayerCache& c = st.layers[l];
+    c.window = view(kWindow);
+    c.compressed = view(kCompressed);
+    c.index_keys = view(kIndexKeys);
+    c.comp_kv = view(kCompKv);
+    c.comp_score = view(kCompScore);
+    c.index_kv = view(kIndexKv);
+    c.index_score = view(kIndexScore);
+  }
+  reset(st, stream);  // may throw: the slot is only taken once the state is ready
+  free_.pop_back();
+  in_use_[static_cast<size_t>(slot)] = true;
+  return st;
+}
+
+void GpuStatePool::reset(GpuSequenceState& st, cudaStream_t stream) {
+  DSV4_CHECK(st.slot >= 0 && st.slot < slots_ && st.layers.size() == shape_.size(),
+             "state pool: reset of a state that is not from this pool (slot ", st.slot, ")");
+  // What new_sequence() initialises; compressed entries / indexer keys are written before
+  // they are read, so they keep whatever the slot held.
+  const DeviceScope on(device_);
+  for (GpuLayerCache& c : st.layers) {
+    if (!c.window.empty()) CUDA_CHECK(cudaMemsetAsync(c.window.get(), 0, c.window.bytes(), stream));
+    compressor_reset(c.comp_kv.get(), c.comp_score.get(), static_cast<int64_t>(c.comp_kv.size()), stream);
+    compressor_reset(c.index_kv.get(), c.index_score.get(), static_cast<int64_t>(c.index_kv.size()), stream);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  st.length = 0;
+  st.mtp_length = 0;
+}
+
+void GpuStatePool::release(int64_t slot) {
+  DSV4_CHECK(slot >= 0 && slot < slots_, "state pool: release of slot ", slot, " out of range [0, ", slots_, ")");
+  DSV4_CHECK(in_use_[static_cast<size_t>(slot)], "state pool: slot ", slot, " released twice");
+  in_use_[static_cast<size_t>(slot)] = false;
+  free_.push_back(static_cast<int32_t>(slot));
+}
+
+cudaIpcMemHandle_t GpuStatePool::ipc_handle() const {
+  cudaIpcMemHandle_t h{};
+  const DeviceScope on(device_);
+  CUDA_CHECK(cudaIpcGetMemHandle(&h, const_cast<std::byte*>(memory_.get())));
+  return h;
+}
+
+}  // namespace dsv4::gpu
