@@ -117,7 +117,7 @@ flash_serve() {
     echo "server did not become healthy"
   fi
   kill -TERM $pid 2> /dev/null; wait $pid
-  grep -E "Model:|CUDA runner|Decode batch|Prefill batch|error" "$OUT/flash_serve_server.log" | head -n 12
+  grep -E "Model:|CUDA runner|KV/state pool|CUDA graphs|Decode batch|Prefill batch|error" "$OUT/flash_serve_server.log" | head -n 12
   return $rc
 }
 
@@ -132,6 +132,7 @@ want flash && run flash_profile timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" prof
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
+want decode && [ -x "$BUILD/src/gpu/gpu_state_pool_test" ] && run state_pool timeout 120 "$BUILD/src/gpu/gpu_state_pool_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
 want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
@@ -142,7 +143,7 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/golden.log "$OUT"/tp_test.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
