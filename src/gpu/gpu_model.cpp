@@ -66,7 +66,11 @@ GpuModel::~GpuModel() {
 
 void GpuModel::tp_reduce(float* x, int64_t count) {
   if (tp_size_ == 1) return;
-  tp_group_->all_reduce_sum(tp_rank_, x, count, stream_);
+  {
+    // Bytes: this rank's partial out and the sum in (what the link moves per rank, 2 ranks).
+    prof::Launch pl("nccl_all_reduce", 2.0 * static_cast<double>(count) * sizeof(float), stream_);
+    tp_group_->all_reduce_sum(tp_rank_, x, count, stream_);
+  }
   round_bf16_values(x, count, stream_);
 }
 
