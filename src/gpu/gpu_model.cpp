@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <string>
 #include <cmath>
@@ -235,34 +236,51 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
                     w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, indexer, stream_);
 }
 
+GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, const RopeFn& rope) {
+  Workspace& s = *active_ws_;
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
+  const int rd = c.qk_rope_head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t qmax = std::max<int64_t>({D, ql, local_groups() * c.o_lora_rank});
+  QkvRows r;
+  r.qa = grow(s.qa, n * qmax);
+  r.sa = grow(s.sa, n * qmax / 128);
+  float* tq = grow(s.tq, n * ql);
+  float* qr = grow(s.qr, n * ql);
+  r.q = grow(s.q, n * H * d);
+  float* tkv = grow(s.tkv, n * d);
+  r.kv = grow(s.kv, n * d);
+  quantize_q8_rows(x, n, D, r.qa, r.sa, stream_);
+  lin8(r.qa, r.sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, stream_);
+  lin8(r.qa, r.sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, stream_);
+  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, stream_);
+  quantize_q8_rows(qr, n, ql, r.qa, r.sa, stream_);  // qa/sa now hold Q8(qr)
+  lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
+  head_rms_bf16_rows(r.q, n * H, static_cast<int>(d), eps, stream_);
+  rope(r.q, n * H, H, false);
+  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, r.kv, stream_);
+  rope(r.kv, n, 1, false);
+  simulate_q8_rows(r.kv, n, d, static_cast<int>(d - rd), 64, stream_);
+  return r;
+}
+
 void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
                          int64_t start_pos, int64_t window_len, float* out) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
   const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
-  const float eps = static_cast<float>(c.rms_norm_eps);
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
-  const int64_t qmax = std::max<int64_t>({D, ql, local_groups() * c.o_lora_rank});
-  uint8_t* qa = grow(s.qa, n * qmax);
-  float* sa = grow(s.sa, n * qmax / 128);
-  float* tq = grow(s.tq, n * ql);
-  float* qr = grow(s.qr, n * ql);
-  float* q = grow(s.q, n * H * d);
-  float* tkv = grow(s.tkv, n * d);
-  float* kv = grow(s.kv, n * d);
   // 1. q and window-KV paths.
-  quantize_q8_rows(x, n, D, qa, sa, stream_);
-  lin8(qa, sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, stream_);
-  lin8(qa, sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, stream_);
-  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, stream_);
-  quantize_q8_rows(qr, n, ql, qa, sa, stream_);  // qa/sa now hold Q8(qr)
-  lin8(qa, sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, q, stream_);
-  head_rms_bf16_rows(q, n * H, static_cast<int>(d), eps, stream_);
-  rope_rows(q, n * H, d, H, start_pos, 1, rope, pairs, false, stream_);
-  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, kv, stream_);
-  rope_rows(kv, n, d, 1, start_pos, 1, rope, pairs, false, stream_);
-  simulate_q8_rows(kv, n, d, static_cast<int>(d - rd), 64, stream_);
+  const RopeFn rope_at = [&](float* rows, int64_t count, int64_t rows_per_pos, bool inverse) {
+    rope_rows(rows, count, d, rows_per_pos, start_pos, 1, rope, pairs, inverse, stream_);
+  };
+  const QkvRows p = project_qkv(w, x, n, rope_at);
+  uint8_t* qa = p.qa;
+  float* sa = p.sa;
+  float* q = p.q;
+  float* kv = p.kv;
   DSV4_CHECK(start_pos + n <= max_len_, "positions up to ", start_pos + n, " exceed the GPU state's ", max_len_);
 
   // 2. Compressed entries and the indexer's choices.
@@ -314,7 +332,15 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   sparse_attention(a, stream_);
   window_ring_update(kv, n, start_pos, win, static_cast<int>(d), cache.window.get(), stream_);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
-  rope_rows(attn, n * H, d, H, start_pos, 1, rope, pairs, true, stream_);
+  rope_at(attn, n * H, H, true);
+  output_projection(w, attn, n, qa, sa, out);
+}
+
+void GpuModel::output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa,
+                                 float* out) {
+  Workspace& s = *active_ws_;
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim;
   const int64_t G = local_groups(), ro = c.o_lora_rank, group_in = H / G * d;
   float* z = grow(s.z, n * G * ro);
   dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
@@ -425,8 +451,8 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
   moe_grouped_forward(args, *moe_ws_, stream_);
 }
 
-void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
-                             int64_t start_pos, int64_t n, int64_t window_len, float* streams) {
+void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,
+                     const std::function<void(const float* x, float* out)>& attend) {
   Workspace& s = *active_ws_;
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size, M = int64_t{hc} * (2 + hc);
@@ -443,14 +469,21 @@ void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, c
     hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
     rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
   };
-  const int ratio = config_.compress_ratio(layer);
   pre(w.hc_attn, w.attn_norm);
-  attention(w.attn, ratio, cache, x, n, start_pos, window_len, sub);
+  attend(x, sub);
   hc_post(sub, post, comb, n, D, hc, streams, stream_);
   pre(w.hc_ffn, w.ffn_norm);
   moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
   tp_reduce(sub, n * D);
   hc_post(sub, post, comb, n, D, hc, streams, stream_);
+}
+
+void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
+                             int64_t start_pos, int64_t n, int64_t window_len, float* streams) {
+  const int ratio = config_.compress_ratio(layer);
+  block(w, layer, ids, n, streams, [&](const float* x, float* out) {
+    attention(w.attn, ratio, cache, x, n, start_pos, window_len, out);
+  });
 }
 
 float* GpuModel::head_logits_rows(const float* streams, int64_t rows, const HcW& hc_head_w, const float* norm) {

@@ -144,6 +144,26 @@ class GpuModel {
   std::vector<float> peer_logits_;  // peers: the logits nobody reads (rank 0's are returned)
 
   struct Workspace;
+  // One block on n rows of streams [n, hc, D] (in place): mHC pre, attend(x, out) (the
+  // prefill or the decode attention), mHC post, then the same around the MoE.
+  void block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,
+             const std::function<void(const float* x, float* out)>& attend);
+  // Attention step 1 (q and window-KV paths) on n rows of x [n, D]: Q8, wq_a/wkv, q_norm, Q8,
+  // wq_b, head RMS, RoPE of q and kv via rope(rows, count, rows_per_pos, inverse) (prefill:
+  // consecutive positions; decode: each row's own), kv_norm, Q8 simulation of kv's no-rope
+  // part. Returns workspace views: qa/sa hold Q8(q_norm(wq_a x)) (the indexer reads them),
+  // q [n, H_local, d], kv [n, d].
+  struct QkvRows {
+    uint8_t* qa = nullptr;
+    float* sa = nullptr;
+    float* q = nullptr;
+    float* kv = nullptr;
+  };
+  using RopeFn = std::function<void(float* rows, int64_t count, int64_t rows_per_pos, bool inverse)>;
+  QkvRows project_qkv(const AttentionW& w, const float* x, int64_t n, const RopeFn& rope);
+  // Attention step 5 after the inverse RoPE: grouped wo_a (bf16) on attn [n, H_local·d], Q8
+  // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
+  void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out);
   void block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
                      int64_t start_pos, int64_t n, int64_t window_len, float* streams);
   void attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,

@@ -200,30 +200,10 @@ void GpuModel::decode_pass(const DecodeStep& step) {
 }
 
 void GpuModel::block_decode(const BlockW& w, int layer, const DecodeStep& step, float* streams) {
-  Workspace& s = *active_ws_;
-  const int hc = config_.hc_mult;
-  const int64_t D = config_.hidden_size, M = int64_t{hc} * (2 + hc), n = step.rows;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const HcDeviceParams hp{hc, config_.hc_sinkhorn_iters, static_cast<float>(config_.hc_eps), eps};
-  float* mixed = grow(s.mixed, n * D);
-  float* x = grow(s.x, n * D);
-  float* post = grow(s.post, n * hc);
-  float* comb = grow(s.comb, n * hc * hc);
-  float* mixes = grow(s.mixes, n * M);
-  float* sub = grow(s.sub, n * D);
-  auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
-    dense_linear(streams, n, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, 0, false, 0.0f, mixes, stream_);
-    hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
-    rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
-  };
   const int ratio = config_.compress_ratio(layer);
-  pre(w.hc_attn, w.attn_norm);
-  attention_decode(w.attn, layer, ratio, step, x, sub);
-  hc_post(sub, post, comb, n, D, hc, streams, stream_);
-  pre(w.hc_ffn, w.ffn_norm);
-  moe(w.ffn, config_.is_hash_layer(layer), step.ids, x, n, sub);
-  tp_reduce(sub, n * D);
-  hc_post(sub, post, comb, n, D, hc, streams, stream_);
+  block(w, layer, step.ids, step.rows, streams, [&](const float* x, float* out) {
+    attention_decode(w.attn, layer, ratio, step, x, out);
+  });
 }
 
 void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* x, bool indexer) {
@@ -254,29 +234,17 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank, n = step.rows;
   const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
-  const float eps = static_cast<float>(c.rms_norm_eps);
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const DecodeLayerCache* caches = step.caches + layer * n;
-  const int64_t qmax = std::max<int64_t>({D, ql, local_groups() * c.o_lora_rank});
-  uint8_t* qa = grow(s.qa, n * qmax);
-  float* sa = grow(s.sa, n * qmax / 128);
-  float* tq = grow(s.tq, n * ql);
-  float* qr = grow(s.qr, n * ql);
-  float* q = grow(s.q, n * H * d);
-  float* tkv = grow(s.tkv, n * d);
-  float* kv = grow(s.kv, n * d);
-  // 1. q and window-KV paths (attention()'s order).
-  quantize_q8_rows(x, n, D, qa, sa, stream_);
-  lin8(qa, sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, stream_);
-  lin8(qa, sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, stream_);
-  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, stream_);
-  quantize_q8_rows(qr, n, ql, qa, sa, stream_);  // qa/sa now hold Q8(qr)
-  lin8(qa, sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, q, stream_);
-  head_rms_bf16_rows(q, n * H, static_cast<int>(d), eps, stream_);
-  decode_rope_rows(q, n * H, d, H, step.pos, rope, pairs, false, stream_);
-  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, kv, stream_);
-  decode_rope_rows(kv, n, d, 1, step.pos, rope, pairs, false, stream_);
-  simulate_q8_rows(kv, n, d, static_cast<int>(d - rd), 64, stream_);
+  // 1. q and window-KV paths (attention()'s, RoPE at each row's own position).
+  const RopeFn rope_at = [&](float* rows, int64_t count, int64_t rows_per_pos, bool inverse) {
+    decode_rope_rows(rows, count, d, rows_per_pos, step.pos, rope, pairs, inverse, stream_);
+  };
+  const QkvRows p = project_qkv(w, x, n, rope_at);
+  uint8_t* qa = p.qa;
+  float* sa = p.sa;
+  float* q = p.q;
+  float* kv = p.kv;
 
   // 2. Compressed entries and the indexer's choices.
   DecodeAttnArgs a;
@@ -320,13 +288,8 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   decode_sparse_attention(a, n, step.pos, caches, stream_);
   decode_ring_update(kv, n, step.pos, caches, win, static_cast<int>(d), stream_);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
-  decode_rope_rows(attn, n * H, d, H, step.pos, rope, pairs, true, stream_);
-  const int64_t G = local_groups(), ro = c.o_lora_rank, group_in = H / G * d;
-  float* z = grow(s.z, n * G * ro);
-  dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
-  quantize_q8_rows(z, n, G * ro, qa, sa, stream_);
-  lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, stream_, tp_size_ == 1);
-  tp_reduce(out, n * D);  // partial sums when tp > 1: rounded after the all-reduce
+  rope_at(attn, n * H, H, true);
+  output_projection(w, attn, n, qa, sa, out);
 }
 
 }  // namespace dsv4::gpu

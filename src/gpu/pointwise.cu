@@ -30,12 +30,7 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
   const int64_t r = idx / pairs;
   const int i = int(idx % pairs);
   const int64_t pos = pos0 + (r / rows_per_pos) * pos_step;
-  float* v = x + r * stride + stride - 2 * pairs;
-  const float c = table[(pos * pairs + i) * 2];
-  const float sn = inverse ? -table[(pos * pairs + i) * 2 + 1] : table[(pos * pairs + i) * 2 + 1];
-  const float a = v[2 * i], b = v[2 * i + 1];
-  v[2 * i] = round_bf16(a * c - b * sn);
-  v[2 * i + 1] = round_bf16(a * sn + b * c);
+  rope_pair(x + r * stride + stride - 2 * pairs, table, pos, pairs, i, inverse);
 }
 
 // One thread per quantization block.
