@@ -119,9 +119,9 @@ int main(int argc, char** argv) {
 
     // Per-kernel timings at the decode shapes of a CSA layer (layer 2 if present).
     const BlockW& L = m->weights().layers[std::min(2, num_layers - 1)];
-    const int64_t D = cfg.hidden_size, H = cfg.num_attention_heads, d = cfg.head_dim, ql = cfg.q_lora_rank;
+    const int64_t D = cfg.hidden_size, H = cfg.num_attention_heads, d = cfg.head_dim;
     const int64_t inter = cfg.moe_intermediate_size, k = cfg.num_experts_per_tok, V = cfg.vocab_size;
-    const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank;
+    const int64_t ro = cfg.o_lora_rank;
     DeviceBuffer<float> x(std::max<int64_t>(H * d, 8 * D)), y(std::max<int64_t>(V, H * d));
     x.fill_bytes(0);
     DeviceBuffer<uint8_t> q(std::max<int64_t>(H * d, 8 * D));
