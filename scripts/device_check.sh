@@ -58,21 +58,28 @@ PY
   fi
 }
 
+# wait_healthy PORT PID TRIES DELAY: 0 once /health on PORT answers 200; 1 when PID exits or
+# TRIES polls DELAY seconds apart pass first.
+wait_healthy() {
+  local port=$1 pid=$2 tries=$3 delay=$4
+  for _ in $(seq 1 "$tries"); do
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" \
+      2> /dev/null && return 0
+    kill -0 "$pid" 2> /dev/null || return 1
+    sleep "$delay"
+  done
+  return 1
+}
+
 # `dsv4 serve --device cuda` on the embedded tiny model: one chat request -> 200 + non-empty text.
 serve_smoke() {
   local port=${SERVE_PORT:-18231} tok=${TOKENIZER:-data/tokenizer/tokenizer.json}
   [ -f "$tok" ] || tok=bytes
   "$BUILD/dsv4" serve --device cuda --port "$port" --tokenizer "$tok" --decode-log-interval 4 \
     > "$OUT/serve_server.log" 2>&1 &
-  local pid=$! up=0
-  for _ in $(seq 1 120); do
-    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" \
-        2> /dev/null; then up=1; break; fi
-    kill -0 $pid 2> /dev/null || break
-    sleep 1
-  done
+  local pid=$!
   local rc=1
-  if [ $up = 1 ]; then
+  if wait_healthy "$port" $pid 120 1; then
     local code
     code=$(chat '{"model":"deepseek-v4","messages":[{"role":"user","content":"Hello! Who are you?"}],"max_tokens":16}' "$port")
     local text
@@ -99,15 +106,9 @@ flash_serve() {
   "$BUILD/dsv4" serve --device cuda --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} \
     --context-length ${FLASH_SERVE_CONTEXT:-9216} --port "$port" --tokenizer "$tok" --decode-log-interval 4 \
     > "$OUT/flash_serve_server.log" 2>&1 &
-  local pid=$! up=0
-  for _ in $(seq 1 600); do
-    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" \
-        2> /dev/null; then up=1; break; fi
-    kill -0 $pid 2> /dev/null || break
-    sleep 0.5
-  done
+  local pid=$!
   local rc=1
-  if [ $up = 1 ]; then
+  if wait_healthy "$port" $pid 600 0.5; then
     echo "time to ready: $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") s"
     local code
     code=$(chat '{"model":"deepseek-v4","messages":[{"role":"user","content":"Hello! Who are you?"}],"max_tokens":16}' "$port")
@@ -129,13 +130,13 @@ want tp && [ -x "$BUILD/src/gpu/gpu_tp_test" ] && run tp_test timeout 180 "$BUIL
 want flash && run flash_profile timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" profile --load-format dummy \
   --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch ${FLASH_BATCH:-1} --context ${FLASH_CONTEXT:-8192} \
   --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
-want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
+want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
 want decode && [ -x "$BUILD/src/gpu/gpu_state_pool_test" ] && run state_pool timeout 120 "$BUILD/src/gpu/gpu_state_pool_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
-want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
+want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat wait_healthy serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
 want profile && run profile timeout ${PROFILE_TIMEOUT:-150} "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" \
   --num-layers ${PROFILE_LAYERS:-4} --batch ${PROFILE_BATCH:-2} --context ${PROFILE_CONTEXT:-256} --steps ${PROFILE_STEPS:-8} --by-shape
 echo

@@ -132,4 +132,12 @@ class DeviceBuffer {
   bool owns_ = true;  // false: a view (see view())
 };
 
+// A device copy of a host vector (tests, small tables).
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& host) {
+  DeviceBuffer<T> b;
+  b.upload(host);
+  return b;
+}
+
 }  // namespace dsv4::gpu

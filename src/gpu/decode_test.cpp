@@ -43,13 +43,6 @@ std::vector<float> random_values(size_t n, float std, uint64_t seed, float mean 
 }
 
 template <class T>
-DeviceBuffer<T> dev(const std::vector<T>& v) {
-  DeviceBuffer<T> b;
-  b.upload(v);
-  return b;
-}
-
-template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
@@ -64,11 +57,11 @@ TEST(DecodeKernels, RopeMatchesPerRowRope) {
   const int pairs = 16;
   const std::vector<int> pos = {0, 7, 127, 128, 299};
   const int64_t B = static_cast<int64_t>(pos.size());
-  const auto table = dev(random_values(max_pos * pairs * 2, 1.0f, 1));
+  const auto table = to_device(random_values(max_pos * pairs * 2, 1.0f, 1));
   const auto x0 = random_values(B * H * d, 1.0f, 2);
-  const auto pos_dev = dev(as_i32(pos));
+  const auto pos_dev = to_device(as_i32(pos));
   for (bool inverse : {false, true}) {
-    auto xd = dev(x0), xr = dev(x0);
+    auto xd = to_device(x0), xr = to_device(x0);
     decode_rope_rows(xd.get(), B * H, d, H, pos_dev.get(), table.get(), pairs, inverse, nullptr);
     for (int64_t b = 0; b < B; ++b)
       rope_rows(xr.get() + b * H * d, H, d, H, pos[b], 1, table.get(), pairs, inverse, nullptr);
@@ -93,31 +86,31 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   const int64_t entries = max_len / cc.ratio;
   const int pairs = 32;
   const float eps = 1e-6f;
-  const auto kv = dev(random_values(B * width, 1.0f, 10));
-  const auto score = dev(random_values(B * width, 1.0f, 11));
-  const auto ape = dev(random_values(cc.ratio * width, 0.5f, 12));
-  const auto norm = dev(random_values(cc.h, 0.1f, 13, 1.0f));
-  const auto table = dev(random_values(max_len * pairs * 2, 1.0f, 14));
+  const auto kv = to_device(random_values(B * width, 1.0f, 10));
+  const auto score = to_device(random_values(B * width, 1.0f, 11));
+  const auto ape = to_device(random_values(cc.ratio * width, 0.5f, 12));
+  const auto norm = to_device(random_values(cc.h, 0.1f, 13, 1.0f));
+  const auto table = to_device(random_values(max_len * pairs * 2, 1.0f, 14));
   std::vector<DeviceBuffer<float>> st_kv, st_sc, ent, ref_kv, ref_sc, ref_ent;
   std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
   int emitted = 0;
   for (int64_t b = 0; b < B; ++b) {
     const auto k0 = random_values(slots * width, 1.0f, 100 + b), s0 = random_values(slots * width, 1.0f, 200 + b);
     const auto e0 = random_values(entries * cc.h, 1.0f, 300 + b);
-    st_kv.push_back(dev(k0));
-    st_sc.push_back(dev(s0));
-    ent.push_back(dev(e0));
-    ref_kv.push_back(dev(k0));
-    ref_sc.push_back(dev(s0));
-    ref_ent.push_back(dev(e0));
+    st_kv.push_back(to_device(k0));
+    st_sc.push_back(to_device(s0));
+    ent.push_back(to_device(e0));
+    ref_kv.push_back(to_device(k0));
+    ref_sc.push_back(to_device(s0));
+    ref_ent.push_back(to_device(e0));
     DecodeCompressorCache c{st_kv.back().get(), st_sc.back().get(), ent.back().get()};
     (cc.indexer ? table_host[b].index : table_host[b].comp) = c;
     emitted += (cc.pos[b] + 1) % cc.ratio == 0;
   }
   ASSERT_GT(emitted, 0);
   ASSERT_LT(emitted, B);
-  const auto caches = dev(table_host);
-  const auto pos_dev = dev(as_i32(cc.pos));
+  const auto caches = to_device(table_host);
+  const auto pos_dev = to_device(as_i32(cc.pos));
   DecodeCompressorArgs a;
   a.kv = kv.get();
   a.score = score.get();
@@ -160,16 +153,16 @@ TEST(DecodeKernels, IndexTopkMatchesPerRow) {
   for (int k : {4, 64}) {
     const std::vector<int> pos = {0, 3, 10, 100, 300, 511};
     const int64_t B = static_cast<int64_t>(pos.size());
-    const auto q = dev(random_values(B * heads * dh, 1.0f, 20 + k));
-    const auto w = dev(random_values(B * heads, 0.3f, 21 + k));
+    const auto q = to_device(random_values(B * heads * dh, 1.0f, 20 + k));
+    const auto w = to_device(random_values(B * heads, 0.3f, 21 + k));
     std::vector<DeviceBuffer<float>> keys;
     std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
-      keys.push_back(dev(random_values(entries * dh, 0.2f, 400 + b + k)));
+      keys.push_back(to_device(random_values(entries * dh, 0.2f, 400 + b + k)));
       table_host[b].index.entries = keys.back().get();
     }
-    const auto caches = dev(table_host);
-    const auto pos_dev = dev(as_i32(pos));
+    const auto caches = to_device(table_host);
+    const auto pos_dev = to_device(as_i32(pos));
     DeviceBuffer<float> scores(static_cast<size_t>(B * entries));
     DeviceBuffer<int32_t> sel(static_cast<size_t>(B * k)), cnt(static_cast<size_t>(B));
     sel.fill_bytes(0xff);
@@ -207,17 +200,17 @@ TEST(DecodeKernels, SparseAttentionAndRingMatchPerRow) {
     for (bool csa : {false, true}) {
       if (csa && ratio != 4) continue;
       const int64_t entries = ratio > 0 ? max_len / ratio : 1;
-      const auto q = dev(random_values(B * H * d, 0.5f, 30 + ratio));
-      const auto kv = dev(random_values(B * d, 0.5f, 31 + ratio));
-      const auto sink = dev(random_values(H, 1.0f, 32));
+      const auto q = to_device(random_values(B * H * d, 0.5f, 30 + ratio));
+      const auto kv = to_device(random_values(B * d, 0.5f, 31 + ratio));
+      const auto sink = to_device(random_values(H, 1.0f, 32));
       std::vector<DeviceBuffer<float>> ring, ring_ref, comp;
       std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
       std::vector<int32_t> sel_host(static_cast<size_t>(B * topk), -1), cnt_host(static_cast<size_t>(B), 0);
       for (int64_t b = 0; b < B; ++b) {
         const auto r0 = random_values(win * d, 0.5f, 500 + b);
-        ring.push_back(dev(r0));
-        ring_ref.push_back(dev(r0));
-        comp.push_back(dev(random_values(entries * d, 0.5f, 600 + b)));
+        ring.push_back(to_device(r0));
+        ring_ref.push_back(to_device(r0));
+        comp.push_back(to_device(random_values(entries * d, 0.5f, 600 + b)));
         table_host[b].window = ring.back().get();
         table_host[b].comp.entries = comp.back().get();
         if (csa) {
@@ -229,9 +222,9 @@ TEST(DecodeKernels, SparseAttentionAndRingMatchPerRow) {
           for (int i = 0; i < cnt_host[b]; ++i) sel_host[b * topk + i] = ids[i];
         }
       }
-      const auto caches = dev(table_host);
-      const auto pos_dev = dev(as_i32(pos));
-      const auto sel = dev(sel_host), cnt = dev(cnt_host);
+      const auto caches = to_device(table_host);
+      const auto pos_dev = to_device(as_i32(pos));
+      const auto sel = to_device(sel_host), cnt = to_device(cnt_host);
       DeviceBuffer<float> out(static_cast<size_t>(B * H * d)), out_ref(static_cast<size_t>(B * H * d));
       DecodeAttnArgs a;
       a.q = q.get();

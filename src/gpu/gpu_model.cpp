@@ -120,59 +120,64 @@ GpuSequenceState GpuModel::new_sequence() const {
   return own;
 }
 
-GpuForwardOutput GpuModel::forward(GpuSequenceState& state, std::span<const int32_t> tokens, bool want_layer_streams,
-                                   int64_t prompt_length, bool want_final_streams) {
-  if (peers_.empty()) return forward_shard(state, tokens, want_layer_streams, prompt_length, want_final_streams);
+void GpuModel::on_ranks(const std::function<void(GpuModel& shard, int rank)>& f) {
+  if (peers_.empty()) return f(*this, 0);
+  tp_group_->run([&](int r) { f(r == 0 ? *this : *peers_[r - 1], r); });
+}
+
+void GpuModel::check_peer_states(const GpuSequenceState& state) const {
   DSV4_CHECK(state.peers.size() == peers_.size(), "sequence state has ", state.peers.size(),
              " peer states for a model of ", peers_.size() + 1, " ranks");
+}
+
+GpuSequenceState& GpuModel::shard_state(GpuSequenceState& state, int rank) {
+  return rank == 0 ? state : state.peers[rank - 1];
+}
+
+GpuForwardOutput GpuModel::forward(GpuSequenceState& state, std::span<const int32_t> tokens, bool want_layer_streams,
+                                   int64_t prompt_length, bool want_final_streams) {
+  check_peer_states(state);
   GpuForwardOutput out;
-  tp_group_->run([&](int r) {
-    if (r == 0) out = forward_shard(state, tokens, want_layer_streams, prompt_length, want_final_streams);
-    else peers_[r - 1]->forward_shard(state.peers[r - 1], tokens, false, prompt_length, false);
+  on_ranks([&](GpuModel& m, int r) {
+    auto o = m.forward_shard(shard_state(state, r), tokens, r == 0 && want_layer_streams, prompt_length,
+                             r == 0 && want_final_streams);
+    if (r == 0) out = std::move(o);
   });
   return out;
 }
 
 std::vector<float> GpuModel::mtp_forward(GpuSequenceState& state, std::span<const float> streams,
                                          std::span<const int32_t> next_ids, int64_t start_pos) {
-  if (peers_.empty()) return mtp_forward_shard(state, streams, next_ids, start_pos);
-  DSV4_CHECK(state.peers.size() == peers_.size(), "sequence state has ", state.peers.size(), " peer states");
+  check_peer_states(state);
   std::vector<float> out;
-  tp_group_->run([&](int r) {
-    if (r == 0) out = mtp_forward_shard(state, streams, next_ids, start_pos);
-    else peers_[r - 1]->mtp_forward_shard(state.peers[r - 1], streams, next_ids, start_pos);
+  on_ranks([&](GpuModel& m, int r) {
+    auto o = m.mtp_forward_shard(shard_state(state, r), streams, next_ids, start_pos);
+    if (r == 0) out = std::move(o);
   });
   return out;
 }
 
 void GpuModel::decode(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
                       std::span<float> logits, DecodeMode mode) {
-  if (peers_.empty()) return decode_shard(seqs, tokens, logits, mode);
-  std::vector<std::vector<GpuSequenceState*>> peer_seqs(peers_.size());
+  DSV4_CHECK(logits.size() == seqs.size() * static_cast<size_t>(config_.vocab_size), "decode: logits buffer has ",
+             logits.size(), " floats, needs ", seqs.size() * static_cast<size_t>(config_.vocab_size));
+  std::vector<std::vector<GpuSequenceState*>> rank_seqs(peers_.size() + 1);
   for (GpuSequenceState* s : seqs) {
-    DSV4_CHECK(s != nullptr && s->peers.size() == peers_.size(), "decode: a sequence state lacks its peer states");
-    for (size_t p = 0; p < peers_.size(); ++p) peer_seqs[p].push_back(&s->peers[p]);
+    DSV4_CHECK(s != nullptr, "decode: null sequence state");
+    check_peer_states(*s);
+    for (size_t r = 0; r < rank_seqs.size(); ++r) rank_seqs[r].push_back(&shard_state(*s, static_cast<int>(r)));
   }
-  tp_group_->run([&](int r) {
-    if (r == 0) {
-      decode_shard(seqs, tokens, logits, mode);
-    } else {
-      GpuModel& peer = *peers_[r - 1];
-      peer.peer_logits_.resize(logits.size());
-      peer.decode_shard(peer_seqs[r - 1], tokens, peer.peer_logits_, mode);
-    }
-  });
+  // Only rank 0's logits are returned; the peers skip their download.
+  on_ranks([&](GpuModel& m, int r) { m.decode_shard(rank_seqs[r], tokens, r == 0 ? logits : std::span<float>(), mode); });
 }
 
 void GpuModel::enable_decode_graphs(int max_bs) {
-  if (peers_.empty()) return enable_decode_graphs_shard(max_bs);
-  tp_group_->run([&](int r) { (r == 0 ? *this : *peers_[r - 1]).enable_decode_graphs_shard(max_bs); });
+  on_ranks([&](GpuModel& m, int) { m.enable_decode_graphs_shard(max_bs); });
 }
 
 double GpuModel::capture_decode_graphs() {
-  if (peers_.empty()) return capture_decode_graphs_shard();
   const auto t0 = std::chrono::steady_clock::now();
-  tp_group_->run([&](int r) { (r == 0 ? *this : *peers_[r - 1]).capture_decode_graphs_shard(); });
+  on_ranks([&](GpuModel& m, int) { m.capture_decode_graphs_shard(); });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -189,12 +194,8 @@ void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint6
     CUDA_CHECK(cudaDeviceSynchronize());
     st.length = length;
   };
-  if (peers_.empty()) {
-    fill_one(state);
-    return;
-  }
-  DSV4_CHECK(state.peers.size() == peers_.size(), "sequence state has ", state.peers.size(), " peer states");
-  tp_group_->run([&](int r) { fill_one(r == 0 ? state : state.peers[r - 1]); });
+  check_peer_states(state);
+  on_ranks([&](GpuModel&, int r) { fill_one(shard_state(state, r)); });
 }
 
 GpuSequenceState GpuModel::new_sequence_shard() const { return new_sequence_for(max_len_); }

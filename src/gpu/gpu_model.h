@@ -137,11 +137,18 @@ class GpuModel {
                                  bool want_layer_streams, int64_t prompt_length, bool want_final_streams);
   std::vector<float> mtp_forward_shard(GpuSequenceState& state, std::span<const float> streams,
                                        std::span<const int32_t> next_ids, int64_t start_pos);
+  // logits empty: compute but do not download (tensor-parallel peers).
   void decode_shard(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
                     std::span<float> logits, DecodeMode mode);
   void enable_decode_graphs_shard(int max_bs);
   double capture_decode_graphs_shard();
-  std::vector<float> peer_logits_;  // peers: the logits nobody reads (rank 0's are returned)
+  // Runs f(shard, rank) on every tensor-parallel rank (its device and thread; one rank:
+  // directly on this model). Validate inputs before: a rank that throws aborts the group.
+  void on_ranks(const std::function<void(GpuModel& shard, int rank)>& f);
+  // Throws unless state carries one peer state per peer rank.
+  void check_peer_states(const GpuSequenceState& state) const;
+  // Rank r's part of a sequence state (0: the state itself).
+  static GpuSequenceState& shard_state(GpuSequenceState& state, int rank);
 
   struct Workspace;
   // One block on n rows of streams [n, hc, D] (in place): mHC pre, attend(x, out) (the

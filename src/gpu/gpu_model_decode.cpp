@@ -115,8 +115,8 @@ void GpuModel::decode_shard(std::span<GpuSequenceState* const> seqs, std::span<c
   const int64_t B = static_cast<int64_t>(seqs.size()), V = config_.vocab_size;
   DSV4_CHECK(B > 0 && B <= 65535, "decode needs 1..65535 sequences, got ", B);
   DSV4_CHECK(static_cast<int64_t>(tokens.size()) == B, "decode: ", tokens.size(), " tokens for ", B, " sequences");
-  DSV4_CHECK(static_cast<int64_t>(logits.size()) == B * V, "decode: logits buffer has ", logits.size(),
-             " floats, needs ", B * V);
+  DSV4_CHECK(logits.empty() || static_cast<int64_t>(logits.size()) == B * V, "decode: logits buffer has ",
+             logits.size(), " floats, needs ", B * V);
   for (int64_t b = 0; b < B; ++b) {
     const GpuSequenceState* s = seqs[b];
     DSV4_CHECK(s != nullptr && static_cast<int>(s->layers.size()) >= config_.num_layers(), "decode: sequence ", b,
@@ -144,8 +144,10 @@ void GpuModel::decode_shard(std::span<GpuSequenceState* const> seqs, std::span<c
     decode_pass(stage_decode_inputs(*ws_, seqs, tokens, B, false));
     dev_logits = ws_->head_logits.get();
   }
-  CUDA_CHECK(cudaMemcpyAsync(logits.data(), dev_logits, static_cast<size_t>(B * V) * sizeof(float),
-                             cudaMemcpyDeviceToHost, stream_));
+  if (!logits.empty()) {
+    CUDA_CHECK(cudaMemcpyAsync(logits.data(), dev_logits, static_cast<size_t>(B * V) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (GpuSequenceState* s : seqs) s->length += 1;
 }

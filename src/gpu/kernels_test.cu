@@ -31,13 +31,6 @@ std::vector<float> random_bf16(size_t n, float std, uint64_t seed) {
   return v;
 }
 
-template <class T>
-DeviceBuffer<T> dev(const std::vector<T>& v) {
-  DeviceBuffer<T> b;
-  b.upload(v);
-  return b;
-}
-
 // Max |a−b| / max(|b|, tiny) over the arrays.
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
@@ -62,13 +55,38 @@ TEST_P(LinearTest, Lin8MatchesCpuBitForBit) {
   const auto x = random_bf16(rows * in, 1.0f, 2);
   std::vector<float> want(rows * out);
   for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
-  auto dx = dev(x);
-  auto dw = dev(codes), ds = dev(sc);
+  auto dx = to_device(x);
+  auto dw = to_device(codes), ds = to_device(sc);
   DeviceBuffer<uint8_t> q(rows * in);
   DeviceBuffer<float> qs(rows * in / 128), y(rows * out);
   quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
   lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, y.get(), nullptr);
   EXPECT_EQ(y.download(), want);
+}
+
+// Tensor-parallel partials: round_out = false keeps the fp32 sum; bf16 rounding it afterwards
+// (round_bf16_values, as after the all-reduce) gives the rounded output bit for bit, and the
+// unrounded values are not all bf16 already (else the flag would be untested).
+TEST_P(LinearTest, Lin8UnroundedThenRoundedEqualsRounded) {
+  SKIP_WITHOUT_GPU();
+  const auto [rows, out, in] = GetParam();
+  const auto wf = random_bf16(out * in, 0.05f, 5);
+  std::vector<uint8_t> codes(out * in), sc(((out + 127) / 128) * ((in + 127) / 128));
+  model::quantize_fp8_blocks(wf.data(), out, in, codes.data(), sc.data());
+  const auto x = random_bf16(rows * in, 1.0f, 6);
+  auto dx = to_device(x);
+  auto dw = to_device(codes), ds = to_device(sc);
+  DeviceBuffer<uint8_t> q(rows * in);
+  DeviceBuffer<float> qs(rows * in / 128), rounded(rows * out), partial(rows * out);
+  quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+  lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, rounded.get(), nullptr);
+  lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, partial.get(), nullptr, false);
+  const auto unrounded = partial.download();
+  int64_t not_bf16 = 0;
+  for (float v : unrounded) not_bf16 += numerics::round_bf16(v) != v;
+  EXPECT_GT(not_bf16, 0);
+  round_bf16_values(partial.get(), rows * out, nullptr);
+  EXPECT_EQ(partial.download(), rounded.download());
 }
 
 TEST_P(LinearTest, Lin4MatchesCpuBitForBit) {
@@ -84,8 +102,8 @@ TEST_P(LinearTest, Lin4MatchesCpuBitForBit) {
   const auto x = random_bf16(rows * in, 1.0f, 4);
   std::vector<float> want(rows * out);
   for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
-  auto dx = dev(x);
-  auto dw = dev(packed), ds = dev(sc);
+  auto dx = to_device(x);
+  auto dw = to_device(packed), ds = to_device(sc);
   DeviceBuffer<uint8_t> q(rows * in);
   DeviceBuffer<float> qs(rows * in / 128), y(rows * out);
   quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
@@ -107,9 +125,9 @@ TEST_P(LinearTest, DenseBf16AndFp32MatchCpu) {
   }
   std::vector<uint16_t> bits;
   for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
-  auto dx = dev(x);
-  auto dwb = dev(bits);
-  auto dwf = dev(w);
+  auto dx = to_device(x);
+  auto dwb = to_device(bits);
+  auto dwf = to_device(w);
   DeviceBuffer<float> yb(rows * out), yf(rows * out);
   dense_linear(dx.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, yb.get(), nullptr);
   dense_linear(dx.get(), rows, in, dwf.get(), false, out, in, 0, false, 0.0f, yf.get(), nullptr);
@@ -131,7 +149,7 @@ TEST_P(RowTest, RmsNormMatchesCpu) {
   for (float& v : w) v = numerics::round_bf16(v + 1.0f);
   std::vector<float> want(rows * dim);
   for (int r = 0; r < rows; ++r) cpu::rms_norm(std::span(x).subspan(r * dim, dim), w, 1e-6f, std::span(want).subspan(r * dim, dim));
-  auto dx = dev(x), dw = dev(w);
+  auto dx = to_device(x), dw = to_device(w);
   DeviceBuffer<float> y(rows * dim);
   rms_norm_rows(dx.get(), dw.get(), rows, dim, 1e-6f, y.get(), nullptr);
   EXPECT_LE(max_rel(y.download(), want), 1.0 / 128);  // at most one bf16 step, normally equal
@@ -146,7 +164,7 @@ TEST_P(RowTest, QuantizeAndSimulateMatchNumerics) {
   std::vector<uint8_t> codes(rows * dim);
   std::vector<float> scales(rows * dim / 128);
   numerics::quantize_q8(x, 128, codes, scales);
-  auto dx = dev(x);
+  auto dx = to_device(x);
   DeviceBuffer<uint8_t> q(rows * dim);
   DeviceBuffer<float> qs(rows * dim / 128);
   quantize_q8_rows(dx.get(), rows, dim, q.get(), qs.get(), nullptr);
@@ -155,7 +173,7 @@ TEST_P(RowTest, QuantizeAndSimulateMatchNumerics) {
   auto w8 = x, w4 = x;
   numerics::simulate_q8(w8, 64);
   numerics::simulate_q4(w4, 32);
-  auto d8 = dev(x), d4 = dev(x);
+  auto d8 = to_device(x), d4 = to_device(x);
   simulate_q8_rows(d8.get(), rows, dim, dim, 64, nullptr);
   simulate_q4_rows(d4.get(), rows, dim, dim, 32, nullptr);
   EXPECT_EQ(d8.download(), w8);
@@ -168,7 +186,7 @@ TEST_P(RowTest, HadamardAndRopeMatchNumerics) {
   auto x = random_bf16(rows * dim, 1.0f, 10);
   auto want = x;
   for (int r = 0; r < rows; ++r) numerics::hadamard_bf16(std::span(want).subspan(r * dim, dim));
-  auto dx = dev(x);
+  auto dx = to_device(x);
   hadamard_rows(dx.get(), rows, dim, nullptr);
   EXPECT_EQ(dx.download(), want);
 
@@ -181,11 +199,11 @@ TEST_P(RowTest, HadamardAndRopeMatchNumerics) {
       tab[(pos * 32 + i) * 2] = table.cos(pos, i);
       tab[(pos * 32 + i) * 2 + 1] = table.sin(pos, i);
     }
-  auto dt = dev(tab);
+  auto dt = to_device(tab);
   for (bool inverse : {false, true}) {
     auto r = x;
     for (int i = 0; i < rows; ++i) table.apply(std::span(r).subspan(i * dim, dim), 4000 + 7 * i, inverse);
-    auto dr = dev(x);
+    auto dr = to_device(x);
     rope_rows(dr.get(), rows, dim, 1, 4000, 7, dt.get(), 32, inverse, nullptr);
     EXPECT_EQ(dr.download(), r) << "inverse " << inverse;
   }
@@ -220,7 +238,7 @@ TEST_P(AttentionTest, SparseAttentionMatchesCpu) {
       cpu::sparse_attention_head(std::span(q).subspan((t * H + h) * d, d), cand, sink[h], scale,
                                  std::span(want).subspan((t * H + h) * d, d));
     }
-  auto dq = dev(q), dkv = dev(kv_new), dring = dev(ring), dcomp = dev(comp), dsink = dev(sink);
+  auto dq = to_device(q), dkv = to_device(kv_new), dring = to_device(ring), dcomp = to_device(comp), dsink = to_device(sink);
   DeviceBuffer<float> out(n * H * d);
   SparseAttnArgs a;
   a.q = dq.get();
@@ -257,7 +275,7 @@ TEST(MhcTest, HcPreMatchesCpu) {
   for (int t = 0; t < n; ++t)
     cpu::hc_pre(std::span(streams).subspan(t * hc * D, hc * D), w, p, std::span(want_x).subspan(t * D, D),
                 std::span(want_post).subspan(t * hc, hc), std::span(want_comb).subspan(t * hc * hc, hc * hc));
-  auto ds = dev(streams), dfn = dev(w.fn.weight), db = dev(w.base), dsc = dev(w.scale);
+  auto ds = to_device(streams), dfn = to_device(w.fn.weight), db = to_device(w.base), dsc = to_device(w.scale);
   DeviceBuffer<float> mixes(n * M), x(n * D), post(n * hc), comb(n * hc * hc);
   dense_linear(ds.get(), n, hc * D, dfn.get(), false, M, hc * D, 0, false, 0.0f, mixes.get(), nullptr);
   hc_pre_finish(ds.get(), mixes.get(), n, D, dsc.get(), db.get(), HcDeviceParams{}, x.get(), post.get(), comb.get(), nullptr);

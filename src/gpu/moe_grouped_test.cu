@@ -67,13 +67,6 @@ HostFp8 random_fp8(int out, int in, float std, std::mt19937_64& rng) {
   return m;
 }
 
-template <class T>
-DeviceBuffer<T> dev(const std::vector<T>& v) {
-  DeviceBuffer<T> b;
-  b.upload(v);
-  return b;
-}
-
 int bf16_ulp_diff(float a, float b) {
   uint32_t ua, ub;
   std::memcpy(&ua, &a, 4);
@@ -109,8 +102,8 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
     ew.w2_fp4 = decode_fp4(w2, D, I);
     mw.experts.push_back(std::move(ew));
     for (const HostFp4* m : {&w1, &w3, &w2}) {
-      dbufs.push_back(dev(m->w));
-      dbufs.push_back(dev(m->s));
+      dbufs.push_back(to_device(m->w));
+      dbufs.push_back(to_device(m->s));
     }
     const size_t b = dbufs.size() - 6;
     ptrs[e] = MoeExpertPtrs{dbufs[b].get(), dbufs[b + 1].get(), dbufs[b + 2].get(),
@@ -162,12 +155,12 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
     for (int i = 0; i < I; ++i) clamped += (std::fabs(u[i]) > 10.0f) + (g[i] > 10.0f);
   }
   // GPU.
-  auto dx = dev(x);
-  auto dids = dev(ids);
-  auto dw = dev(wts);
+  auto dx = to_device(x);
+  auto dids = to_device(ids);
+  auto dw = to_device(wts);
   DeviceBuffer<MoeExpertPtrs> dptrs;
   dptrs.upload(ptrs);
-  auto d1 = dev(s1.w), d1s = dev(s1.s), d3 = dev(s3.w), d3s = dev(s3.s), d2 = dev(s2.w), d2s = dev(s2.s);
+  auto d1 = to_device(s1.w), d1s = to_device(s1.s), d3 = to_device(s3.w), d3s = to_device(s3.s), d2 = to_device(s2.w), d2s = to_device(s2.s);
   DeviceBuffer<float> out(size_t(T) * D);
   MoeGroupedWorkspace ws(MoeGroupedShape{.max_tokens = 256, .hidden = D, .inter = I, .experts = E, .top_k = K});
   MoeGroupedArgs a;

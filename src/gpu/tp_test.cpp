@@ -45,7 +45,7 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 int argmax(const std::vector<float>& v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+  return static_cast<int>(eval::first_argmax(v.data(), static_cast<int64_t>(v.size())));
 }
 
 TEST(GpuTensorParallel, Tp2MatchesTp1OnPrefillDecodeAndMtp) {
