@@ -95,7 +95,12 @@ TEST(HttpServer, DisconnectAbortsAndFreesCache) {
   {
     HttpConnection c(s.port);
     c.send_request("POST", "/v1/completions", R"({"prompt":"hello","max_tokens":3000,"ignore_eos":true})");
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Close only once the engine holds the request (a fixed sleep raced on a loaded machine:
+    // closed before the server read the request, nothing was left to abort).
+    const auto admitted = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (s.engine->num_inflight() == 0 && std::chrono::steady_clock::now() < admitted) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
   }
   const auto deadline2 = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (s.engine->metrics().requests_aborted.load() < 2 && std::chrono::steady_clock::now() < deadline2) {
