@@ -132,6 +132,7 @@ want flash && run flash_profile timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" prof
   --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
+want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_test" ] && run kv_fp8 timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_test"
 want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
 want decode && [ -x "$BUILD/src/gpu/gpu_state_pool_test" ] && run state_pool timeout 120 "$BUILD/src/gpu/gpu_state_pool_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"

@@ -43,6 +43,10 @@ GpuRunner::GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions opti
                     " MiB reserved for activations/graphs, budget ", plan_.budget_bytes >> 20,
                     " MiB; pool allocated in ", static_cast<int64_t>(ms), " ms"));
   log::info(plan_.summary());
+  const int64_t main_kv = gpu::GpuStatePool::main_kv_bytes_for(shape);
+  log::info(str_cat("sequence slot: ", in.slot_bytes, " bytes, of which ", main_kv,
+                    " main KV (window rings + compressed entries, 584-byte FP8 entries) and ", in.slot_bytes - main_kv,
+                    " indexer keys + compressor states (fp32)"));
   if (options.cuda_graph_max_bs > 0) {
     model_->enable_decode_graphs(options.cuda_graph_max_bs);
     const double s = model_->capture_decode_graphs();

@@ -8,11 +8,14 @@
 // softmax bookkeeping in list order (block max, α, sequential fp32 Σp, bf16 probabilities);
 // then each thread owns head dims and accumulates Σ p_bf16·v in double in list order, and
 // acc = fp32(acc)·α + fp32(Σ) — all in the CPU's order. The sink enters only the denominator.
+// The ring and the compressed entries are FP8 cache buffers (kv_fp8.h); the ring update
+// encodes one token row per warp (exact: the rows are already Q8-simulated).
 #include <cfloat>
 
 #include "gpu/attention_device.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
+#include "gpu/kv_fp8.cuh"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
 
@@ -20,24 +23,27 @@ namespace dsv4::gpu {
 namespace {
 
 constexpr int kThreads = detail::kSparseAttnThreads;
-constexpr int kMaxDimPerThread = detail::kMaxDimPerThread;
 
 __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const __grid_constant__ SparseAttnArgs a) {
   detail::sparse_attention_item(a, blockIdx.x);
 }
 
-__global__ void ring_kernel(const float* kv, int64_t n, int64_t start_pos, int win, int d, float* ring) {
+constexpr int kRingWarps = 8;
+
+// One warp per written token t ∈ [first, n): entry (start_pos + t) % win.
+__global__ void ring_kernel(const float* kv, int64_t n, int64_t start_pos, int win, uint8_t* ring) {
   const int64_t first = n > win ? n - win : 0;
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= (n - first) * d) return;
-  const int64_t t = first + idx / d, k = idx % d;
-  ring[((start_pos + t) % win) * d + k] = kv[t * d + k];
+  const int64_t t = first + int64_t(blockIdx.x) * kRingWarps + (threadIdx.x >> 5);
+  if (t >= n) return;
+  const int64_t e = (start_pos + t) % win;
+  kv_encode_entry_warp(kv + t * kKvDim, ring + kv_cache_data_offset(e), ring + kv_cache_scale_offset(e),
+                       int(threadIdx.x & 31));
 }
 
 }  // namespace
 
 void sparse_attention(const SparseAttnArgs& a, cudaStream_t s) {
-  DSV4_CHECK(a.d <= kThreads * kMaxDimPerThread, "head_dim ", a.d, " too large");
+  DSV4_CHECK(a.d == kKvDim, "head_dim ", a.d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
   if (a.n == 0) return;
   // KV rows each query token reads once (window part + visible/selected compressed entries).
   const int64_t last = a.start_pos + a.n;
@@ -45,18 +51,20 @@ void sparse_attention(const SparseAttnArgs& a, cudaStream_t s) {
   if (a.selected != nullptr && comp > a.sel_stride) comp = a.sel_stride;
   const double kv_rows = double(a.window_len < last ? a.window_len : last) + double(comp);
   prof::Launch pl(a.ratio == 0 ? "sparse_attention (window)" : a.selected ? "sparse_attention (CSA)" : "sparse_attention (HCA)",
-                  double(a.n) * (kv_rows * a.d * 4 + 2.0 * a.H * a.d * 4), s,
+                  double(a.n) * (kv_rows * kKvEntryBytes + 2.0 * a.H * a.d * 4), s,
                   [&] { return "n=" + std::to_string(a.n) + " kv=" + std::to_string(int64_t(kv_rows)); });
   sparse_attention_kernel<<<static_cast<unsigned>(a.n * a.H), kThreads, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
-void window_ring_update(const float* kv, int64_t n, int64_t start_pos, int win, int d, float* ring,
+void window_ring_update(const float* kv, int64_t n, int64_t start_pos, int win, int d, uint8_t* ring,
                         cudaStream_t s) {
+  DSV4_CHECK(d == kKvDim, "head_dim ", d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
   const int64_t rows = n > win ? win : n;
   if (rows == 0) return;
-  prof::Launch pl("window_ring_update", double(rows) * d * 8, s);
-  ring_kernel<<<static_cast<unsigned>((rows * d + 255) / 256), 256, 0, s>>>(kv, n, start_pos, win, d, ring);
+  prof::Launch pl("window_ring_update", double(rows) * (d * 4 + kKvEntryBytes), s);
+  ring_kernel<<<static_cast<unsigned>((rows + kRingWarps - 1) / kRingWarps), kRingWarps * 32, 0, s>>>(
+      kv, n, start_pos, win, ring);
   CUDA_CHECK_LAUNCH();
 }
 

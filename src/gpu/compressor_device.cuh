@@ -2,10 +2,12 @@
 // positions) and decode_kernels.cu (per-row device positions), so both paths run the same
 // arithmetic in the same order (bit-identical results).
 // Shapes: state kv/score [slots, width] (width = h, or 2h for the overlapping compressor);
-// ape [r, width]; entries [num_entries, h].
+// ape [r, width]; an entry row [h] (fp32 while raw / being finished; the attention
+// compressor's finished entries are then encoded into the FP8 cache, kv_fp8.h).
 #pragma once
 
 #include "gpu/device_math.cuh"
+#include "gpu/kv_fp8.cuh"
 
 namespace dsv4::gpu::detail {
 
@@ -27,11 +29,11 @@ __device__ __forceinline__ float compressor_pool(const float* kv, const float* s
 }
 
 // One token of channel c at position pos: writes the state slot, and on a window boundary
-// ((pos+1) % r == 0) pools the raw entry pos / r into entries and shifts the overlap rows.
-// Returns whether an entry was emitted.
+// ((pos+1) % r == 0) pools channel c of the raw entry pos / r into entry[c] and shifts the
+// overlap rows. Returns whether an entry was emitted.
 __device__ __forceinline__ bool compressor_token(const float* kv_t, const float* score_t, const float* ape,
                                                  int64_t pos, int r, int h, bool overlap, int c, float* st_kv,
-                                                 float* st_sc, float* entries) {
+                                                 float* st_sc, float* entry) {
   const int width = overlap ? 2 * h : h;
   const int ncols = overlap ? 2 : 1;
   const int slot = int(pos % r);
@@ -42,8 +44,7 @@ __device__ __forceinline__ bool compressor_token(const float* kv_t, const float*
     st_sc[row * width + col] = score_t[col] + ape[slot * width + col];
   }
   if ((pos + 1) % r != 0) return false;
-  const int64_t entry = pos / r;
-  entries[entry * h + c] = compressor_pool(st_kv, st_sc, width, r, overlap, c, h + c);
+  entry[c] = compressor_pool(st_kv, st_sc, width, r, overlap, c, h + c);
   if (overlap) {
     for (int s = 0; s < r; ++s)
       for (int ci = 0; ci < 2; ++ci) {
@@ -110,6 +111,15 @@ __device__ __forceinline__ void compressor_finish_entry(float* e, int64_t entry,
     for (int i = 0; i < 32; ++i)
       blk[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(blk[i] / sc, -6.0f), 6.0f))) * sc);
   }
+}
+
+// After compressor_finish_entry (attention compressor, h = 512): encodes the finished row e
+// into entry `entry` of the FP8 cache (warp 0; exact, the row is Q8-simulated). Block-wide.
+__device__ __forceinline__ void compressor_store_entry(const float* e, int64_t entry, uint8_t* cache) {
+  __syncthreads();  // every thread's part of the finished row is written
+  if (threadIdx.x < 32)
+    kv_encode_entry_warp(e, cache + kv_cache_data_offset(entry), cache + kv_cache_scale_offset(entry),
+                         int(threadIdx.x));
 }
 
 }  // namespace dsv4::gpu::detail

@@ -13,6 +13,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/gpu_model.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 
 using namespace dsv4;
@@ -160,7 +161,9 @@ int main(int argc, char** argv) {
     l8("lin8 shared w2", L.ffn.sw2);
     dn("dense LM head (bf16)", m->weights().head, 0, D);
     {
-      DeviceBuffer<float> kv(d), ring(cfg.sliding_window * d), comp(std::max<int64_t>(1, (prompt + steps) / 4) * d), sink(H);
+      DeviceBuffer<float> kv(d), sink(H);
+      DeviceBuffer<uint8_t> ring(kv_cache_bytes(cfg.sliding_window)),  // FP8 caches (all-zero entries)
+          comp(kv_cache_bytes(std::max<int64_t>(1, (prompt + steps) / 4)));
       kv.fill_bytes(0);
       ring.fill_bytes(0);
       comp.fill_bytes(0);
@@ -182,7 +185,7 @@ int main(int argc, char** argv) {
       a.out = y.get();
       const double cand = cfg.sliding_window + (prompt + 1) / 4;
       rows.push_back({"sparse attention (HCA-style list)", median_us([&] { sparse_attention(a, nullptr); }, 20),
-                      cand * d * 4 + 2.0 * H * d * 4});
+                      cand * kKvEntryBytes + 2.0 * H * d * 4});
     }
     std::printf("\n%-36s %10s %12s %10s %8s\n", "kernel (decode, batch 1)", "us", "bytes", "GB/s", "% HBM");
     for (const Row& r : rows) {

@@ -1,7 +1,7 @@
 // Batched-decode kernels (decode_ops.h): one new token per row, positions and cache pointers
 // read on the device. Each kernel calls the same device code as its host-position
 // counterpart (compressor_device.cuh, indexer_device.cuh, attention_device.cuh, and the
-// RoPE / ring arithmetic copied from pointwise.cu / attention.cu), so results are
+// RoPE arithmetic copied from pointwise.cu, the ring's FP8 encoder from kv_fp8.cuh), so results are
 // bit-identical to the per-sequence path. Grids depend only on the row count and host upper
 // bounds; rows past their own bound exit early or loop zero times.
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "gpu/decode_ops.h"
 #include "gpu/device_math.cuh"
 #include "gpu/indexer_device.cuh"
+#include "gpu/kv_fp8.cuh"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
 
@@ -37,7 +38,8 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
 }
 
 // Block per row, h threads (thread = channel): the step, then (block-uniform) the finish of
-// the emitted entry.
+// the emitted entry — in place in the indexer's fp32 keys, or (attention) in a shared fp32
+// row that is then encoded into the FP8 cache. Dynamic smem: h doubles, then h floats.
 __global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a, const int32_t* __restrict__ positions,
                                   const DecodeLayerCache* __restrict__ caches) {
   __shared__ double red[32];
@@ -46,13 +48,14 @@ __global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a
   const DecodeCompressorCache c = a.indexer ? caches[row].index : caches[row].comp;
   const int width = a.overlap ? 2 * a.h : a.h;
   const int64_t pos = positions[row];
+  const int64_t entry = pos / a.ratio;
+  float* e = a.indexer ? c.keys + entry * a.h : reinterpret_cast<float*>(buf + a.h);
   const bool emitted = detail::compressor_token(a.kv + row * width, a.score + row * width, a.ape, pos, a.ratio, a.h,
-                                                a.overlap, int(threadIdx.x), c.state_kv, c.state_score, c.entries);
+                                                a.overlap, int(threadIdx.x), c.state_kv, c.state_score, e);
   if (!emitted) return;  // same for every thread of the row
   __syncthreads();       // every channel of the raw entry is written
-  const int64_t entry = pos / a.ratio;
-  detail::compressor_finish_entry(c.entries + entry * a.h, entry, a.h, a.norm, a.eps, a.ratio, a.rope_table, a.pairs,
-                                  a.indexer, red, buf);
+  detail::compressor_finish_entry(e, entry, a.h, a.norm, a.eps, a.ratio, a.rope_table, a.pairs, a.indexer, red, buf);
+  if (!a.indexer) detail::compressor_store_entry(e, entry, c.cache);
 }
 
 // grid (x-blocks, rows); warps stride over the row's visible keys.
@@ -61,7 +64,7 @@ __global__ void index_scores_kernel(const float* __restrict__ q, const float* __
                                     int ratio, int heads, int dh, float* scores, int64_t stride) {
   const int64_t row = blockIdx.y;
   const int64_t visible = (int64_t(positions[row]) + 1) / ratio;
-  const float* keys = caches[row].index.entries;
+  const float* keys = caches[row].index.keys;
   const int lane = threadIdx.x & 31;
   const int64_t step = int64_t(gridDim.x) * kIndexWarps;
   for (int64_t w = int64_t(blockIdx.x) * kIndexWarps + (threadIdx.x >> 5); w < visible; w += step) {
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(detail::kSparseAttnThreads)
   a.q = d.q + row * d.H * d.d;
   a.kv_new = d.kv_new + row * d.d;
   a.ring = caches[row].window;
-  a.compressed = caches[row].comp.entries;
+  a.compressed = caches[row].comp.cache;
   a.selected = d.selected != nullptr ? d.selected + row * d.sel_stride : nullptr;
   a.sel_count = d.sel_count != nullptr ? d.sel_count + row : nullptr;
   a.sel_stride = d.sel_stride;
@@ -105,12 +108,17 @@ __global__ void __launch_bounds__(detail::kSparseAttnThreads)
   detail::sparse_attention_item(a, h);
 }
 
+constexpr int kRingWarps = 8;
+
+// One warp per row (attention.cu ring_kernel with the row's own position).
 __global__ void ring_kernel(const float* __restrict__ kv, int64_t rows, const int32_t* __restrict__ positions,
-                            const DecodeLayerCache* __restrict__ caches, int win, int d) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= rows * d) return;
-  const int64_t row = idx / d, k = idx % d;
-  caches[row].window[(int64_t(positions[row]) % win) * d + k] = kv[row * d + k];
+                            const DecodeLayerCache* __restrict__ caches, int win) {
+  const int64_t row = int64_t(blockIdx.x) * kRingWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int64_t e = int64_t(positions[row]) % win;
+  uint8_t* ring = caches[row].window;
+  kv_encode_entry_warp(kv + row * kKvDim, ring + kv_cache_data_offset(e), ring + kv_cache_scale_offset(e),
+                       int(threadIdx.x & 31));
 }
 
 }  // namespace
@@ -129,13 +137,15 @@ void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_
                        const DecodeLayerCache* caches, cudaStream_t s) {
   DSV4_CHECK(a.h % 64 == 0 && a.h <= 1024 && (!a.indexer || (a.h & (a.h - 1)) == 0), "compressor head dim ", a.h);
   DSV4_CHECK(a.ratio > 0, "compressor ratio ", a.ratio);
+  DSV4_CHECK(a.indexer || a.h == kKvDim, "attention compressor head dim ", a.h, ": the FP8 KV cache holds ", kKvDim);
   if (rows == 0) return;
   const double width = double(a.overlap ? 2 : 1) * a.h;
   // Per row: its projections read, one state slot (kv, score) written. Emissions (pooling
   // the state, the finish) depend on device positions and are not counted.
   prof::Launch pl(a.indexer ? "decode_compressor (indexer)" : "decode_compressor", double(rows) * width * 16, s,
                   [&] { return "rows=" + std::to_string(rows) + " ratio=" + std::to_string(a.ratio); });
-  compressor_kernel<<<static_cast<unsigned>(rows), a.h, a.h * sizeof(double), s>>>(a, pos, caches);
+  const size_t smem = a.h * sizeof(double) + (a.indexer ? 0 : a.h * sizeof(float));
+  compressor_kernel<<<static_cast<unsigned>(rows), a.h, smem, s>>>(a, pos, caches);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -162,13 +172,13 @@ void decode_index_topk(const float* q, const float* weights, int64_t rows, const
 
 void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_t* pos,
                              const DecodeLayerCache* caches, cudaStream_t s) {
-  DSV4_CHECK(a.d <= detail::kSparseAttnThreads * detail::kMaxDimPerThread, "head_dim ", a.d, " too large");
+  DSV4_CHECK(a.d == kKvDim, "head_dim ", a.d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
   if (rows == 0) return;
   // Bytes: q and out per row; the KV rows read depend on positions (device side): counted
   // as the window only (a lower bound).
   prof::Launch pl(a.ratio == 0 ? "decode_attention (window)" : a.selected ? "decode_attention (CSA)"
                                                                            : "decode_attention (HCA)",
-                  double(rows) * (double(a.win) * a.d * 4 + 2.0 * a.H * a.d * 4), s,
+                  double(rows) * (double(a.win) * kKvEntryBytes + 2.0 * a.H * a.d * 4), s,
                   [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(a.H); });
   attention_kernel<<<static_cast<unsigned>(rows * a.H), detail::kSparseAttnThreads, 0, s>>>(a, pos, caches);
   CUDA_CHECK_LAUNCH();
@@ -176,9 +186,10 @@ void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_
 
 void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const DecodeLayerCache* caches, int win,
                         int d, cudaStream_t s) {
+  DSV4_CHECK(d == kKvDim, "head_dim ", d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
   if (rows == 0) return;
-  prof::Launch pl("decode_ring_update", double(rows) * d * 8, s);
-  ring_kernel<<<blocks_for(rows * d, 256), 256, 0, s>>>(kv, rows, pos, caches, win, d);
+  prof::Launch pl("decode_ring_update", double(rows) * (d * 4 + kKvEntryBytes), s);
+  ring_kernel<<<blocks_for(rows, kRingWarps), kRingWarps * 32, 0, s>>>(kv, rows, pos, caches, win);
   CUDA_CHECK_LAUNCH();
 }
 

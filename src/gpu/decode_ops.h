@@ -4,7 +4,8 @@
 // so a captured CUDA graph stays valid while the sequences grow (graph-capturable: no host
 // sync, no allocation). Each kernel runs, per row, the same arithmetic in the same order as
 // its host-position counterpart in ops.h with n = 1 and start_pos = pos[row] (bit-identical).
-// Activations are fp32 arrays holding bf16 values, as in ops.h.
+// Activations are fp32 arrays holding bf16 values, as in ops.h. The window ring and the
+// compressed entries are FP8 cache buffers (kv_fp8.h), as in ops.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,12 +18,13 @@ namespace dsv4::gpu {
 struct DecodeCompressorCache {
   float* state_kv = nullptr;     // [slots, width]
   float* state_score = nullptr;  // [slots, width]
-  float* entries = nullptr;      // [max_len / ratio, h] (compressed KV or indexer keys)
+  float* keys = nullptr;         // indexer: [max_len / ratio, h] fp32 keys
+  uint8_t* cache = nullptr;      // attention: max_len / ratio entries, FP8 cache (kv_fp8.h)
 };
 
 // Device pointers of one sequence's cache for one layer (a row of the per-layer table).
 struct DecodeLayerCache {
-  float* window = nullptr;     // [win, d] fp32 window ring
+  uint8_t* window = nullptr;   // win entries, FP8 cache (kv_fp8.h)
   DecodeCompressorCache comp;  // attention compressor (ratio > 0)
   DecodeCompressorCache index; // indexer compressor (CSA layers)
 };
@@ -49,7 +51,7 @@ struct DecodeCompressorArgs {
 void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_t* pos,
                        const DecodeLayerCache* caches, cudaStream_t s);
 
-// index_scores + index_topk per row: keys caches[row].index.entries, visible = (pos+1)/ratio.
+// index_scores + index_topk per row: keys caches[row].index.keys, visible = (pos+1)/ratio.
 // q [rows, heads, dh]; weights [rows, heads]; scores [rows, score_stride] (score_stride ≥
 // max_visible); sel [rows, k]; count [rows]. max_visible: host upper bound of every row's
 // visible count (e.g. max_len / ratio).
@@ -58,7 +60,7 @@ void decode_index_topk(const float* q, const float* weights, int64_t rows, const
                        float* scores, int64_t score_stride, int k, int32_t* sel, int32_t* count, cudaStream_t s);
 
 // sparse_attention per row with window_len = win (decode), ring caches[row].window and
-// compressed caches[row].comp.entries. q/out [rows, H, d]; kv_new [rows, d]; selected [rows,
+// compressed caches[row].comp.cache. q/out [rows, H, d]; kv_new [rows, d]; selected [rows,
 // sel_stride] + sel_count [rows] for CSA (null: HCA / window-only).
 struct DecodeAttnArgs {
   const float* q = nullptr;
@@ -74,7 +76,8 @@ struct DecodeAttnArgs {
 void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_t* pos,
                              const DecodeLayerCache* caches, cudaStream_t s);
 
-// caches[row].window[pos[row] % win] = kv[row] (kv [rows, d]).
+// Entry pos[row] % win of caches[row].window = encode(kv[row]) (kv [rows, d], Q8-simulated:
+// stored exactly).
 void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const DecodeLayerCache* caches, int win,
                         int d, cudaStream_t s);
 

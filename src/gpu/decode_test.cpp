@@ -18,6 +18,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_model.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 
 namespace dsv4::gpu {
@@ -48,6 +49,35 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 std::vector<int32_t> as_i32(const std::vector<int>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
+
+std::vector<uint8_t> random_bytes(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  for (uint8_t& x : v) x = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// FP8 cache image (kv_fp8.h) of rows [n, 512] (stores their Q8 simulation).
+std::vector<uint8_t> fp8_cache(const std::vector<float>& rows) {
+  const int64_t n = static_cast<int64_t>(rows.size()) / kKvDim;
+  std::vector<uint8_t> c(static_cast<size_t>(kv_cache_bytes(n)), 0);
+  for (int64_t e = 0; e < n; ++e)
+    kv_encode_entry_host(rows.data() + e * kKvDim, c.data() + kv_cache_data_offset(e), c.data() + kv_cache_scale_offset(e));
+  return c;
+}
+
+// The bytes of entries [0, count) of an FP8 cache buffer (data then scales, entry by entry).
+std::vector<uint8_t> fp8_entries(const DeviceBuffer<uint8_t>& buf, int64_t count) {
+  const std::vector<uint8_t> v = buf.download();
+  std::vector<uint8_t> out;
+  for (int64_t e = 0; e < count; ++e) {
+    const uint8_t* d = v.data() + kv_cache_data_offset(e);
+    const uint8_t* s = v.data() + kv_cache_scale_offset(e);
+    out.insert(out.end(), d, d + kKvEntryData);
+    out.insert(out.end(), s, s + kKvEntryScales);
+  }
+  return out;
+}
 
 // ---- (a) kernels ------------------------------------------------------------------------
 
@@ -91,20 +121,31 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   const auto ape = to_device(random_values(cc.ratio * width, 0.5f, 12));
   const auto norm = to_device(random_values(cc.h, 0.1f, 13, 1.0f));
   const auto table = to_device(random_values(max_len * pairs * 2, 1.0f, 14));
+  // Entries: fp32 indexer keys (ent), or the attention compressor's FP8 cache (kvc).
   std::vector<DeviceBuffer<float>> st_kv, st_sc, ent, ref_kv, ref_sc, ref_ent;
+  std::vector<DeviceBuffer<uint8_t>> kvc, ref_kvc;
   std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
   int emitted = 0;
   for (int64_t b = 0; b < B; ++b) {
     const auto k0 = random_values(slots * width, 1.0f, 100 + b), s0 = random_values(slots * width, 1.0f, 200 + b);
-    const auto e0 = random_values(entries * cc.h, 1.0f, 300 + b);
     st_kv.push_back(to_device(k0));
     st_sc.push_back(to_device(s0));
-    ent.push_back(to_device(e0));
     ref_kv.push_back(to_device(k0));
     ref_sc.push_back(to_device(s0));
-    ref_ent.push_back(to_device(e0));
-    DecodeCompressorCache c{st_kv.back().get(), st_sc.back().get(), ent.back().get()};
-    (cc.indexer ? table_host[b].index : table_host[b].comp) = c;
+    DecodeCompressorCache c{.state_kv = st_kv.back().get(), .state_score = st_sc.back().get()};
+    if (cc.indexer) {
+      const auto e0 = random_values(entries * cc.h, 1.0f, 300 + b);
+      ent.push_back(to_device(e0));
+      ref_ent.push_back(to_device(e0));
+      c.keys = ent.back().get();
+      table_host[b].index = c;
+    } else {
+      const auto e0 = random_bytes(kv_cache_bytes(entries), 300 + b);
+      kvc.push_back(to_device(e0));
+      ref_kvc.push_back(to_device(e0));
+      c.cache = kvc.back().get();
+      table_host[b].comp = c;
+    }
     emitted += (cc.pos[b] + 1) % cc.ratio == 0;
   }
   ASSERT_GT(emitted, 0);
@@ -124,19 +165,24 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   a.overlap = cc.overlap;
   a.indexer = cc.indexer;
   decode_compressor(a, B, pos_dev.get(), caches.get(), nullptr);
+  DeviceBuffer<float> staging(static_cast<size_t>(cc.h));  // the attention compressor's raw entry
   for (int64_t b = 0; b < B; ++b) {
     const int64_t p = cc.pos[b];
-    compressor_step(kv.get() + b * width, score.get() + b * width, ape.get(), 1, p, cc.ratio, cc.h, cc.overlap,
-                    ref_kv[b].get(), ref_sc[b].get(), ref_ent[b].get(), nullptr);
     const int64_t first = p / cc.ratio, total = (p + 1) / cc.ratio;
-    compressor_finish(ref_ent[b].get(), first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
-                      cc.indexer, nullptr);
+    float* rows = cc.indexer ? ref_ent[b].get() + first * cc.h : staging.get();
+    compressor_step(kv.get() + b * width, score.get() + b * width, ape.get(), 1, p, cc.ratio, cc.h, cc.overlap,
+                    ref_kv[b].get(), ref_sc[b].get(), rows, nullptr);
+    compressor_finish(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
+                      cc.indexer ? nullptr : ref_kvc[b].get(), nullptr);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   for (int64_t b = 0; b < B; ++b) {
     EXPECT_TRUE(same_bits(st_kv[b].download(), ref_kv[b].download())) << "state kv, row " << b;
     EXPECT_TRUE(same_bits(st_sc[b].download(), ref_sc[b].download())) << "state score, row " << b;
-    EXPECT_TRUE(same_bits(ent[b].download(), ref_ent[b].download())) << "entries, row " << b << " pos " << cc.pos[b];
+    if (cc.indexer)
+      EXPECT_TRUE(same_bits(ent[b].download(), ref_ent[b].download())) << "keys, row " << b << " pos " << cc.pos[b];
+    else
+      EXPECT_TRUE(same_bits(kvc[b].download(), ref_kvc[b].download())) << "FP8 cache, row " << b << " pos " << cc.pos[b];
   }
 }
 
@@ -159,7 +205,7 @@ TEST(DecodeKernels, IndexTopkMatchesPerRow) {
     std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       keys.push_back(to_device(random_values(entries * dh, 0.2f, 400 + b + k)));
-      table_host[b].index.entries = keys.back().get();
+      table_host[b].index.keys = keys.back().get();
     }
     const auto caches = to_device(table_host);
     const auto pos_dev = to_device(as_i32(pos));
@@ -203,16 +249,16 @@ TEST(DecodeKernels, SparseAttentionAndRingMatchPerRow) {
       const auto q = to_device(random_values(B * H * d, 0.5f, 30 + ratio));
       const auto kv = to_device(random_values(B * d, 0.5f, 31 + ratio));
       const auto sink = to_device(random_values(H, 1.0f, 32));
-      std::vector<DeviceBuffer<float>> ring, ring_ref, comp;
+      std::vector<DeviceBuffer<uint8_t>> ring, ring_ref, comp;  // FP8 caches
       std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
       std::vector<int32_t> sel_host(static_cast<size_t>(B * topk), -1), cnt_host(static_cast<size_t>(B), 0);
       for (int64_t b = 0; b < B; ++b) {
-        const auto r0 = random_values(win * d, 0.5f, 500 + b);
+        const auto r0 = fp8_cache(random_values(win * d, 0.5f, 500 + b));
         ring.push_back(to_device(r0));
         ring_ref.push_back(to_device(r0));
-        comp.push_back(to_device(random_values(entries * d, 0.5f, 600 + b)));
+        comp.push_back(to_device(fp8_cache(random_values(entries * d, 0.5f, 600 + b))));
         table_host[b].window = ring.back().get();
-        table_host[b].comp.entries = comp.back().get();
+        table_host[b].comp.cache = comp.back().get();
         if (csa) {
           const int64_t visible = (pos[b] + 1) / ratio;
           std::vector<int32_t> ids(static_cast<size_t>(visible));
@@ -322,7 +368,7 @@ void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, in
   }
   EXPECT_GE(m.decode_graphs_captured(), 1);
   // The sequences' device state after the steps, too: windows, compressor states and the
-  // written entries (the rest of an entry buffer is uninitialized memory).
+  // written entries (the rest of an entry buffer is uninitialized memory), byte for byte.
   const auto& cfg = m.config();
   auto prefix = [](const DeviceBuffer<float>& buf, int64_t count) {
     auto v = buf.download();
@@ -340,9 +386,8 @@ void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, in
       const int ratio = cfg.compress_ratio(l);
       if (ratio == 0) continue;
       const int64_t entries = ref[b].length / ratio;
-      const int64_t n = entries * cfg.head_dim;
-      EXPECT_TRUE(same_bits(prefix(e.compressed, n), prefix(r.compressed, n))) << "compressed" << at;
-      EXPECT_TRUE(same_bits(prefix(g.compressed, n), prefix(r.compressed, n))) << "compressed" << at;
+      EXPECT_TRUE(same_bits(fp8_entries(e.compressed, entries), fp8_entries(r.compressed, entries))) << "compressed" << at;
+      EXPECT_TRUE(same_bits(fp8_entries(g.compressed, entries), fp8_entries(r.compressed, entries))) << "compressed" << at;
       EXPECT_TRUE(same_bits(e.comp_kv.download(), r.comp_kv.download())) << "comp_kv" << at;
       EXPECT_TRUE(same_bits(g.comp_score.download(), r.comp_score.download())) << "comp_score" << at;
       if (!r.index_keys.empty()) {

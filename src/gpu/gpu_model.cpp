@@ -13,6 +13,7 @@
 
 #include "base/check.h"
 #include "gpu/gpu_model_workspace.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
 #include "gpu/state_pool.h"
@@ -53,6 +54,9 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
   active_ws_ = ws_.get();
   DSV4_CHECK(tp_size_ >= 1 && tp_rank_ >= 0 && tp_rank_ < tp_size_, "tensor-parallel rank ", tp_rank_, " of ",
              tp_size_);
+  DSV4_CHECK(config_.head_dim == kKvDim && config_.qk_rope_head_dim == kKvRopeDim, "the GPU backend's FP8 KV caches ",
+             "need head_dim ", kKvDim, " and qk_rope_head_dim ", kKvRopeDim, ", got ", config_.head_dim, " and ",
+             config_.qk_rope_head_dim);
   max_len_ = opts.max_seq_len > 0 ? std::min<int64_t>(opts.max_seq_len, config_.max_position_embeddings)
                                   : std::min<int64_t>(config_.max_position_embeddings, 65536);
   upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
@@ -181,23 +185,6 @@ double GpuModel::capture_decode_graphs() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint64_t seed) {
-  DSV4_CHECK(state.length == 0 && length >= 1 && length < max_len_, "fill_for_benchmark: fresh state and 1 <= ",
-             length, " < ", max_len_);
-  auto fill_one = [&](GpuSequenceState& st) {
-    uint64_t k = seed;
-    for (GpuLayerCache& c : st.layers) {
-      for (DeviceBuffer<float>* b : {&c.window, &c.compressed, &c.index_keys}) {
-        if (b->size() > 0) fill_random_f32(b->get(), static_cast<int64_t>(b->size()), 1.0f, 0.0f, ++k, nullptr);
-      }
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());
-    st.length = length;
-  };
-  check_peer_states(state);
-  on_ranks([&](GpuModel&, int r) { fill_one(shard_state(state, r)); });
-}
-
 GpuSequenceState GpuModel::new_sequence_shard() const { return new_sequence_for(max_len_); }
 
 GpuSequenceState GpuModel::new_sequence_for(int64_t positions) const {
@@ -207,12 +194,12 @@ GpuSequenceState GpuModel::new_sequence_for(int64_t positions) const {
   for (size_t l = 0; l < shape.size(); ++l) {
     GpuLayerCache& c = s.layers[l];
     const LayerStateShape& sh = shape[l];
-    c.window.resize(static_cast<size_t>(sh.window));
+    c.window.resize(static_cast<size_t>(kv_cache_bytes(sh.window)));
     c.window.fill_bytes(0);
     c.comp_kv.resize(static_cast<size_t>(sh.comp_state));
     c.comp_score.resize(static_cast<size_t>(sh.comp_state));
     compressor_reset(c.comp_kv.get(), c.comp_score.get(), sh.comp_state, stream_);
-    c.compressed.resize(static_cast<size_t>(sh.compressed));
+    c.compressed.resize(static_cast<size_t>(kv_cache_bytes(sh.compressed)));
     c.index_kv.resize(static_cast<size_t>(sh.index_state));
     c.index_score.resize(static_cast<size_t>(sh.index_state));
     compressor_reset(c.index_kv.get(), c.index_score.get(), sh.index_state, stream_);
@@ -223,18 +210,20 @@ GpuSequenceState GpuModel::new_sequence_for(int64_t positions) const {
 }
 
 void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,
-                        int64_t start_pos, float* entries, bool indexer) {
+                        int64_t start_pos, float* keys, uint8_t* cache) {
   Workspace& s = *active_ws_;
   const int64_t width = (w.overlap ? 2 : 1) * int64_t{w.head_dim}, D = config_.hidden_size;
   float* pkv = grow(s.cproj_kv, n * width);
   float* psc = grow(s.cproj_sc, n * width);
   dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, stream_);
   dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, stream_);
-  compressor_step(pkv, psc, w.ape.get(), n, start_pos, w.ratio, w.head_dim, w.overlap, st_kv, st_score, entries,
-                  stream_);
+  // Raw entries first..total−1: finished in place in the indexer keys, or staged in fp32 and
+  // encoded into the FP8 cache by the finish.
   const int64_t first = start_pos / w.ratio, total = (start_pos + n) / w.ratio;
-  compressor_finish(entries, first, total - first, w.head_dim, w.norm.get(), static_cast<float>(config_.rms_norm_eps),
-                    w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, indexer, stream_);
+  float* rows = keys != nullptr ? keys + first * w.head_dim : grow(s.craw, (total - first) * w.head_dim);
+  compressor_step(pkv, psc, w.ape.get(), n, start_pos, w.ratio, w.head_dim, w.overlap, st_kv, st_score, rows, stream_);
+  compressor_finish(rows, first, total - first, w.head_dim, w.norm.get(), static_cast<float>(config_.rms_norm_eps),
+                    w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, cache, stream_);
 }
 
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, const RopeFn& rope) {
@@ -291,7 +280,7 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
       const IndexerW& ix = *w.indexer;
       const int HI = c.index_n_heads, dh = c.index_head_dim;
       compress(ix.compressor, cache.index_kv.get(), cache.index_score.get(), x, n, start_pos, cache.index_keys.get(),
-               true);
+               nullptr);
       float* iq = grow(s.iq, n * HI * dh);
       float* iw = grow(s.iw, n * HI);
       lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
@@ -310,7 +299,8 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
       a.sel_count = cnt;
       a.sel_stride = c.index_topk;
     }
-    compress(*w.compressor, cache.comp_kv.get(), cache.comp_score.get(), x, n, start_pos, cache.compressed.get(), false);
+    compress(*w.compressor, cache.comp_kv.get(), cache.comp_score.get(), x, n, start_pos, nullptr,
+             cache.compressed.get());
   }
   // 3. Sparse attention, 4. ring update.
   float* attn = grow(s.attn, n * H * d);

@@ -42,10 +42,13 @@ struct GpuModelOptions {
 
 // One layer's state. Owning buffers from new_sequence(), or non-owning views into a
 // GpuStatePool slot (state_pool.h); the kernels only use get() / size() / bytes().
+// The main KV caches hold 512-wide entries in the 584-byte FP8 layout (kv_fp8.h: pages of 64
+// entries, kv_cache_bytes(entries) bytes; the stored values are exactly the reference's
+// Q8-simulated KV); indexer keys and compressor states stay fp32.
 struct GpuLayerCache {
-  DeviceBuffer<float> window;      // [sliding_window, head_dim]
-  DeviceBuffer<float> compressed;  // [max_seq_len / ratio, head_dim]
-  DeviceBuffer<float> index_keys;  // [max_seq_len / ratio, index_head_dim]
+  DeviceBuffer<uint8_t> window;      // sliding_window entries (ring slot p % sliding_window)
+  DeviceBuffer<uint8_t> compressed;  // max(1, max_seq_len / ratio) entries
+  DeviceBuffer<float> index_keys;    // [max_seq_len / ratio, index_head_dim]
   DeviceBuffer<float> comp_kv, comp_score;    // [slots, width]
   DeviceBuffer<float> index_kv, index_score;  // [slots, width]
 };
@@ -175,8 +178,10 @@ class GpuModel {
                      int64_t start_pos, int64_t n, int64_t window_len, float* streams);
   void attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
                  int64_t start_pos, int64_t window_len, float* out);
+  // Compressor over n tokens: the indexer's (keys != null: fp32 keys [entries, h]) or the
+  // attention's (cache != null: FP8 entries; raw entries staged in the workspace).
   void compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,
-                int64_t start_pos, float* entries, bool indexer);
+                int64_t start_pos, float* keys, uint8_t* cache);
   void moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out);
   std::vector<float> head_logits(const float* streams_last, const HcW& hc_head, const float* norm);
   // LM head over `rows` rows of streams [rows, hc, D]; returns the device logits [rows, vocab]

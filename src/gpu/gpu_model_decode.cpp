@@ -4,6 +4,7 @@
 // steps (RoPE, compressor, indexer, sparse attention, ring update) are the decode_ops.h kernels
 // reading positions and cache pointers from the step's device arrays. Launch order and
 // arithmetic are attention()/compress()'s, so every row equals forward() bit for bit.
+// Also fill_for_benchmark (random decode state: FP8 caches filled through kv_encode_rows).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_model_workspace.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 
 namespace dsv4::gpu {
@@ -41,12 +43,39 @@ DecodeInputLayout decode_input_layout(int64_t layers, int64_t rows) {
 DecodeLayerCache layer_cache(GpuLayerCache& c) {
   DecodeLayerCache r;
   r.window = c.window.get();
-  r.comp = {c.comp_kv.get(), c.comp_score.get(), c.compressed.get()};
-  r.index = {c.index_kv.get(), c.index_score.get(), c.index_keys.get()};
+  r.comp = {.state_kv = c.comp_kv.get(), .state_score = c.comp_score.get(), .cache = c.compressed.get()};
+  r.index = {.state_kv = c.index_kv.get(), .state_score = c.index_score.get(), .keys = c.index_keys.get()};
   return r;
 }
 
 }  // namespace
+
+void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint64_t seed) {
+  DSV4_CHECK(state.length == 0 && length >= 1 && length < max_len_, "fill_for_benchmark: fresh state and 1 <= ",
+             length, " < ", max_len_);
+  constexpr int64_t kChunk = 4096;  // FP8 caches: random fp32 rows encoded chunk by chunk
+  auto fill_one = [&](GpuSequenceState& st) {
+    uint64_t k = seed;
+    DeviceBuffer<float> rows(static_cast<size_t>(kChunk * kKvDim));  // one allocation for all chunks
+    float* r = rows.get();
+    for (GpuLayerCache& c : st.layers) {
+      for (DeviceBuffer<uint8_t>* b : {&c.window, &c.compressed}) {
+        const int64_t entries = static_cast<int64_t>(b->size()) / kKvCachePageStride * kKvCachePage;
+        for (int64_t e0 = 0; e0 < entries; e0 += kChunk) {
+          const int64_t count = std::min(kChunk, entries - e0);
+          fill_random_f32(r, count * kKvDim, 1.0f, 0.0f, ++k, nullptr);
+          kv_encode_rows(r, count, b->get(), e0, nullptr);
+        }
+      }
+      if (c.index_keys.size() > 0)
+        fill_random_f32(c.index_keys.get(), static_cast<int64_t>(c.index_keys.size()), 1.0f, 0.0f, ++k, nullptr);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    st.length = length;
+  };
+  check_peer_states(state);
+  on_ranks([&](GpuModel&, int r) { fill_one(shard_state(state, r)); });
+}
 
 std::vector<int> GpuModel::decode_graph_batch_sizes(int max_bs) {
   std::vector<int> sizes;

@@ -10,6 +10,7 @@
 #include "cpu/linear.h"
 #include "cpu/mhc.h"
 #include "gpu/cuda_check.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 #include "model/make_tiny.h"
 #include "numerics/formats.h"
@@ -211,6 +212,18 @@ TEST_P(RowTest, HadamardAndRopeMatchNumerics) {
 
 INSTANTIATE_TEST_SUITE_P(Dims, RowTest, ::testing::Values(128, 512, 1024));
 
+// Q8-simulates rows [n, 512] in place (what the model caches) and returns their FP8 cache
+// image (kv_fp8.h), which holds exactly these values.
+std::vector<uint8_t> fp8_cache(std::vector<float>& rows) {
+  const int64_t n = static_cast<int64_t>(rows.size()) / kKvDim;
+  std::vector<uint8_t> c(static_cast<size_t>(kv_cache_bytes(n)), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    numerics::simulate_q8(std::span(rows).subspan(e * kKvDim, kKvNopeDim), 64);
+    kv_encode_entry_host(rows.data() + e * kKvDim, c.data() + kv_cache_data_offset(e), c.data() + kv_cache_scale_offset(e));
+  }
+  return c;
+}
+
 class AttentionTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 // HCA-style lists: window part (with −1 padding) then `comp` compressed entries.
@@ -221,8 +234,9 @@ TEST_P(AttentionTest, SparseAttentionMatchesCpu) {
   const int64_t total = start_pos + n, entries = total / ratio;
   const auto q = random_bf16(n * H * d, 0.5f, 11);
   const auto kv_new = random_bf16(n * d, 1.0f, 12);
-  const auto ring = random_bf16(win * d, 1.0f, 13);
-  const auto comp = random_bf16(std::max<int64_t>(entries, 1) * d, 1.0f, 14);
+  auto ring = random_bf16(win * d, 1.0f, 13);
+  auto comp = random_bf16(std::max<int64_t>(entries, 1) * d, 1.0f, 14);
+  const auto ring_fp8 = fp8_cache(ring), comp_fp8 = fp8_cache(comp);  // ring, comp now Q8-simulated
   const std::vector<float> sink = {0.3f, -1.0f};
   const int64_t window_len = cpu::window_part_length(start_pos, n, 0, win);
   const float scale = 1.0f / std::sqrt(512.0f);
@@ -238,7 +252,8 @@ TEST_P(AttentionTest, SparseAttentionMatchesCpu) {
       cpu::sparse_attention_head(std::span(q).subspan((t * H + h) * d, d), cand, sink[h], scale,
                                  std::span(want).subspan((t * H + h) * d, d));
     }
-  auto dq = to_device(q), dkv = to_device(kv_new), dring = to_device(ring), dcomp = to_device(comp), dsink = to_device(sink);
+  auto dq = to_device(q), dkv = to_device(kv_new), dsink = to_device(sink);
+  auto dring = to_device(ring_fp8), dcomp = to_device(comp_fp8);
   DeviceBuffer<float> out(n * H * d);
   SparseAttnArgs a;
   a.q = dq.get();

@@ -77,11 +77,14 @@ void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int
                     cudaStream_t s);
 
 // ---- attention.cu ---------------------------------------------------------------------
+// The window ring and the compressed entries are GpuModel cache buffers in the 584-byte FP8
+// layout (kv_fp8.h: pages of kKvCachePage entries, d = 512 = 448 e4m3 + 64 bf16 rope dims),
+// decoded on read to exactly the Q8-simulated values that were written.
 struct SparseAttnArgs {
   const float* q = nullptr;           // [n, H, d]
-  const float* kv_new = nullptr;      // [n, d] this call's window KV
-  const float* ring = nullptr;        // [win, d]
-  const float* compressed = nullptr;  // [entries, d]
+  const float* kv_new = nullptr;      // [n, d] this call's window KV (fp32)
+  const uint8_t* ring = nullptr;      // win entries (FP8 cache)
+  const uint8_t* compressed = nullptr;  // compressed entries (FP8 cache)
   const int32_t* selected = nullptr;  // [n, sel_stride] CSA choices (null: HCA / none)
   const int32_t* sel_count = nullptr; // [n]
   int sel_stride = 0;
@@ -92,20 +95,31 @@ struct SparseAttnArgs {
   float* out = nullptr;               // [n, H, d]
 };
 void sparse_attention(const SparseAttnArgs& a, cudaStream_t s);
-// ring[(pos % win)] = kv[t] for the last min(n, win) tokens.
-void window_ring_update(const float* kv, int64_t n, int64_t start_pos, int win, int d, float* ring,
+// Entry (pos % win) of the ring (FP8 cache, win entries) = encode(kv[t]) for the last
+// min(n, win) tokens (kv [n, d] bf16-valued, no-rope dims Q8-simulated: stored exactly).
+void window_ring_update(const float* kv, int64_t n, int64_t start_pos, int win, int d, uint8_t* ring,
                         cudaStream_t s);
 
+// ---- kv_fp8.cu ------------------------------------------------------------------------
+// Entries [first, first+n) of an FP8 cache buffer = encode(x[0, n)) (x [n, 512] bf16-valued;
+// stores the rows' Q8 simulation, i.e. Q8-simulated rows exactly).
+void kv_encode_rows(const float* x, int64_t n, uint8_t* cache, int64_t first, cudaStream_t s);
+// out [n, 512] = the values of entries [first, first+n).
+void kv_decode_rows(const uint8_t* cache, int64_t first, int64_t n, float* out, cudaStream_t s);
+
 // ---- compressor.cu --------------------------------------------------------------------
-// Streaming state machine over n tokens (kv/score [n, width] projections); appends raw pooled
-// entries to entries[(first_entry + i)·h]. state_kv/state_score: [slots, width].
+// Streaming state machine over n tokens (kv/score [n, width] projections): writes the raw
+// pooled entry start_pos/ratio + i it emits into rows[i·h] (fp32). state_kv/state_score:
+// [slots, width].
 void compressor_step(const float* kv, const float* score, const float* ape, int64_t n,
                      int64_t start_pos, int ratio, int h, bool overlap, float* state_kv,
-                     float* state_score, float* entries, cudaStream_t s);
-// Post-processing of entries [first, first+count): bf16, RMSNorm(norm), RoPE at r·entry, then
-// Q8-simulate the no-rope dims (indexer = false) or Hadamard + Q4 (indexer = true).
-void compressor_finish(float* entries, int64_t first, int64_t count, int h, const float* norm,
-                       float eps, int ratio, const float* rope_table, int pairs, bool indexer,
+                     float* state_score, float* rows, cudaStream_t s);
+// Post-processing of rows [count, h] holding the raw entries first..first+count−1, in place:
+// bf16, RMSNorm(norm), RoPE at r·entry, then Q8-simulate the no-rope dims (cache != null, the
+// attention compressor; h = 512) or Hadamard + Q4 (cache == null, the indexer). With a cache
+// the finished entries are also encoded into its entries first.. (FP8 layout, exact).
+void compressor_finish(float* rows, int64_t first, int64_t count, int h, const float* norm,
+                       float eps, int ratio, const float* rope_table, int pairs, uint8_t* cache,
                        cudaStream_t s);
 // Fills a fresh state (kv 0, score −inf).
 void compressor_reset(float* kv, float* score, int64_t count, cudaStream_t s);

@@ -7,6 +7,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/gpu_model.h"
+#include "gpu/kv_fp8.h"
 #include "model/model_config.h"
 
 namespace dsv4::gpu::prof {
@@ -195,7 +196,6 @@ DecodeBytes decode_must_read(const GpuModel& model, int batch, int64_t context) 
   r.expected_experts_per_layer = E * (1.0 - std::pow(1.0 - k / E, batch));
   r.dense_weights = bytes_of(w.head) + double(w.norm.bytes()) + bytes_of(w.hc_head) +
                     double(batch) * c.hidden_size * 2;  // embedding rows
-  const double d = c.head_dim;
   for (int l = 0; l < c.num_layers(); ++l) {
     const BlockW& b = w.layers[l];
     r.dense_weights += dense_bytes_of(b);
@@ -207,7 +207,7 @@ DecodeBytes decode_must_read(const GpuModel& model, int batch, int64_t context) 
       rows += b.attn.indexer ? std::min(entries, double(c.index_topk)) : entries;
       if (b.attn.indexer) r.state_per_sequence += entries * c.index_head_dim * 4;
     }
-    r.state_per_sequence += rows * d * 4;
+    r.state_per_sequence += rows * kKvEntryBytes;  // window + compressed rows: 584-byte FP8 entries
   }
   return r;
 }

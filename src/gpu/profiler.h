@@ -88,7 +88,8 @@ double measure_copy_bandwidth_gbs(int64_t bytes = int64_t{1} << 30, int iters = 
 // Bytes one decode step (one new token for each of `batch` sequences at `context` positions)
 // must read at least, from the model's own buffers: weights once per step (routed experts:
 // the expected number of distinct experts batch·k picks touch), plus each sequence's state
-// as this backend stores it (fp32 window, visible/selected compressed KV, indexer keys).
+// as this backend stores it (window and visible/selected compressed KV as 584-byte FP8
+// entries, fp32 indexer keys).
 struct DecodeBytes {
   double dense_weights = 0;   // everything but routed experts, embedding and MTP
   double expert_weights = 0;  // expected distinct routed experts

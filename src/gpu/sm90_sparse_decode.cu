@@ -26,6 +26,7 @@
 #include "base/check.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
+#include "gpu/kv_fp8.cuh"
 #include "gpu/sm90_sparse_decode.cuh"
 #include "gpu/sparse_decode.h"
 
@@ -318,27 +319,13 @@ __global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ Spar
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
 
-// Cache insert: one warp per entry. Lane i handles values 2i, 2i+1 of each 64-value tile.
+// Cache insert: one warp per entry (the shared FP8 encoder, kv_fp8.cuh).
 __global__ void insert_kernel(const float* __restrict__ kv, const int32_t* __restrict__ slots,
                               int64_t n, KvPool pool) {
   const int64_t e = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   if (e >= n || slots[e] < 0) return;
-  const float* x = kv + e * kHeadDim;
-  uint8_t* data = pool.base + kv_data_offset(pool, slots[e]);
-  uint8_t* sc = pool.base + kv_scale_offset(pool, slots[e]);
-  for (int t = 0; t < kNopeDim / 64; ++t) {
-    const float v0 = x[t * 64 + 2 * lane], v1 = x[t * 64 + 2 * lane + 1];
-    const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
-    const float s = q8_block_scale(amax);  // reference clamp: max(amax, 1e-4) / 448
-    const uint8_t c0 = float_to_e4m3(fminf(fmaxf(v0 / s, -448.0f), 448.0f));
-    const uint8_t c1 = float_to_e4m3(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
-    reinterpret_cast<uint16_t*>(data + t * 64)[lane] = uint16_t(c0 | (c1 << 8));
-    if (lane == 0) sc[t] = uint8_t(__float_as_uint(s) >> 23);
-  }
-  const float r0 = x[kNopeDim + 2 * lane], r1 = x[kNopeDim + 2 * lane + 1];
-  reinterpret_cast<uint32_t*>(data + kNopeDim)[lane] = pack_bf16x2(r0, r1);
-  if (lane == 0) sc[7] = 0;
+  kv_encode_entry_warp(kv + e * kHeadDim, pool.base + kv_data_offset(pool, slots[e]),
+                       pool.base + kv_scale_offset(pool, slots[e]), int(threadIdx.x & 31));
 }
 
 }  // namespace

@@ -1,13 +1,11 @@
 // Launcher API of the sm_90a split-K sparse decode attention (spec §4.4, §5.3, §5.4) and of the
 // 584-byte FP8 KV pool it reads.
 //
-// KV pool ("MODEL1" layout, spec §5.3): entries live in pages of `page_size` entries. A page is
-// [page_size × 576 B: 448 e4m3 (seven 64-value tiles) | 64 bf16 rope dims] followed by
-// [page_size × 8 B: 7 E8M0 tile scales | 1 pad byte], padded to a multiple of 576 B. An entry id
-// e is page e / page_size, slot e % page_size (the block table is folded into the ids, as in
+// KV pool: the 584-byte FP8 layout of kv_fp8.h (pages of `page_size` entries; an entry id e
+// is page e / page_size, slot e % page_size — the block table is folded into the ids, as in
 // FlashMLA). Dequantized values e4m3 · 2^(E8M0 − 127) equal the reference's Q8-simulated bf16
-// values exactly when the entry was written by kv_cache_insert (reference clamp: amax floored at
-// 1e-4 before /448).
+// values exactly (kv_cache_insert stores the Q8 simulation with the reference clamp: amax
+// floored at 1e-4 before /448). GpuModel's caches are such pools (kv_cache_pool()).
 //
 // Attention rows: one row = one query position of one sequence (several positions per sequence
 // are just several rows). Row r reads q[r] (64 heads × 512 bf16), then the candidate list
@@ -24,37 +22,23 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/kv_fp8.h"
+
 namespace dsv4::gpu::sm90 {
 
-constexpr int kHeads = 64;        // query heads per row (MQA: one KV head)
-constexpr int kHeadDim = 512;     // q/k/v width
-constexpr int kNopeDim = 448;     // FP8 part (7 tiles of 64)
-constexpr int kRopeDim = 64;      // bf16 part
-constexpr int kEntryData = 576;   // 448 fp8 + 128 B rope
-constexpr int kEntryScales = 8;   // 7 E8M0 + pad
-constexpr int kEntryBytes = 584;
-
-struct KvPool {
-  uint8_t* base = nullptr;
-  int page_size = 64;       // entries per page
-  int64_t page_stride = 0;  // bytes per page (multiple of 576)
-};
-
-__host__ __device__ inline int64_t kv_page_stride(int page_size) {
-  const int64_t raw = int64_t(page_size) * kEntryBytes;
-  return (raw + kEntryData - 1) / kEntryData * kEntryData;
-}
-__host__ __device__ inline int64_t kv_data_offset(const KvPool& p, int64_t e) {
-  return (e / p.page_size) * p.page_stride + (e % p.page_size) * kEntryData;
-}
-__host__ __device__ inline int64_t kv_scale_offset(const KvPool& p, int64_t e) {
-  return (e / p.page_size) * p.page_stride + int64_t(p.page_size) * kEntryData +
-         (e % p.page_size) * kEntryScales;
-}
-// Bytes for `entries` entries (whole pages).
-inline int64_t kv_pool_bytes(int64_t entries, int page_size) {
-  return (entries + page_size - 1) / page_size * kv_page_stride(page_size);
-}
+constexpr int kHeads = 64;  // query heads per row (MQA: one KV head)
+// The layout (kv_fp8.h) under this file's historical names.
+constexpr int kHeadDim = kKvDim;
+constexpr int kNopeDim = kKvNopeDim;
+constexpr int kRopeDim = kKvRopeDim;
+constexpr int kEntryData = kKvEntryData;
+constexpr int kEntryScales = kKvEntryScales;
+constexpr int kEntryBytes = kKvEntryBytes;
+using gpu::KvPool;
+using gpu::kv_data_offset;
+using gpu::kv_page_stride;
+using gpu::kv_pool_bytes;
+using gpu::kv_scale_offset;
 
 // Cache insert: quantizes kv[i] (512 bf16-valued floats: post-norm, post-RoPE) into entry
 // slots[i] of the pool (slots[i] = −1: skipped). kv: [n, 512] fp32 holding bf16 values.

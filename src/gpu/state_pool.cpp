@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 
 namespace dsv4::gpu {
@@ -29,9 +30,11 @@ class DeviceScope {
   bool switched_ = false;
 };
 
-// fp32 counts of the fields in slot order.
-std::array<int64_t, GpuStatePool::kNumFields> field_counts(const LayerStateShape& s) {
-  return {s.window, s.compressed, s.index_keys, s.comp_state, s.comp_state, s.index_state, s.index_state};
+// Bytes of the fields in slot order.
+std::array<int64_t, GpuStatePool::kNumFields> field_sizes(const LayerStateShape& s) {
+  constexpr int64_t f = sizeof(float);
+  return {kv_cache_bytes(s.window), kv_cache_bytes(s.compressed), s.index_keys * f, s.comp_state * f,
+          s.comp_state * f, s.index_state * f, s.index_state * f};
 }
 
 }  // namespace
@@ -43,17 +46,24 @@ std::vector<LayerStateShape> sequence_state_shape(const model::ModelConfig& conf
   std::vector<LayerStateShape> out(static_cast<size_t>(total));
   for (int l = 0; l < total; ++l) {
     LayerStateShape& s = out[l];
-    s.window = int64_t{config.sliding_window} * config.head_dim;
+    s.window = config.sliding_window;
     const BlockW& bw = l < trunk ? weights.layers[l] : weights.mtp[l - trunk].block;
-    // A compressor's state is [c·ratio, c·head_dim] (c = 2 when overlapped); its entries
-    // [max(1, max_len / ratio), head_dim].
-    auto sizes = [&](const CompressorW& cw, int64_t& state, int64_t& entries) {
+    // A compressor's state is [c·ratio, c·head_dim] (c = 2 when overlapped); it emits
+    // max(1, max_len / ratio) entries (FP8 cache entries, or indexer keys of head_dim fp32).
+    auto state = [](const CompressorW& cw) {
       const int64_t c = cw.overlap ? 2 : 1;
-      state = c * cw.ratio * c * cw.head_dim;
-      entries = std::max<int64_t>(1, max_len / cw.ratio) * cw.head_dim;
+      return c * cw.ratio * c * cw.head_dim;
     };
-    if (bw.attn.compressor) sizes(*bw.attn.compressor, s.comp_state, s.compressed);
-    if (bw.attn.indexer) sizes(bw.attn.indexer->compressor, s.index_state, s.index_keys);
+    auto entries = [&](const CompressorW& cw) { return std::max<int64_t>(1, max_len / cw.ratio); };
+    if (bw.attn.compressor) {
+      s.comp_state = state(*bw.attn.compressor);
+      s.compressed = entries(*bw.attn.compressor);
+    }
+    if (bw.attn.indexer) {
+      const CompressorW& ic = bw.attn.indexer->compressor;
+      s.index_state = state(ic);
+      s.index_keys = entries(ic) * ic.head_dim;
+    }
   }
   return out;
 }
@@ -61,9 +71,18 @@ std::vector<LayerStateShape> sequence_state_shape(const model::ModelConfig& conf
 int64_t GpuStatePool::slot_bytes_for(const std::vector<LayerStateShape>& shape) {
   int64_t bytes = 0;
   for (const LayerStateShape& s : shape) {
-    for (int64_t count : field_counts(s)) bytes += align_up(count * int64_t{sizeof(float)}, kAlign);
+    for (int64_t b : field_sizes(s)) bytes += align_up(b, kAlign);
   }
   return std::max<int64_t>(bytes, kAlign);
+}
+
+int64_t GpuStatePool::main_kv_bytes_for(const std::vector<LayerStateShape>& shape) {
+  int64_t bytes = 0;
+  for (const LayerStateShape& s : shape) {
+    const auto sizes = field_sizes(s);
+    bytes += align_up(sizes[kWindow], kAlign) + align_up(sizes[kCompressed], kAlign);
+  }
+  return bytes;
 }
 
 GpuStatePool::GpuStatePool(std::vector<LayerStateShape> shape, int64_t slots, int device)
@@ -75,10 +94,10 @@ GpuStatePool::GpuStatePool(std::vector<LayerStateShape> shape, int64_t slots, in
   offsets_.resize(shape_.size());
   int64_t off = 0;
   for (size_t l = 0; l < shape_.size(); ++l) {
-    const auto counts = field_counts(shape_[l]);
+    const auto sizes = field_sizes(shape_[l]);
     for (int f = 0; f < kNumFields; ++f) {
       offsets_[l][f] = off;
-      off += align_up(counts[f] * int64_t{sizeof(float)}, kAlign);
+      off += align_up(sizes[f], kAlign);
     }
   }
   slot_bytes_ = slot_bytes_for(shape_);
@@ -97,8 +116,8 @@ GpuStatePool::~GpuStatePool() {
   if (prev != device_) (void)cudaSetDevice(prev);
 }
 
-int64_t GpuStatePool::field_count(int64_t layer, Field f) const {
-  return field_counts(shape_.at(static_cast<size_t>(layer)))[f];
+int64_t GpuStatePool::field_bytes(int64_t layer, Field f) const {
+  return field_sizes(shape_.at(static_cast<size_t>(layer)))[f];
 }
 
 std::byte* GpuStatePool::slot_ptr(int64_t slot) {
@@ -114,13 +133,17 @@ GpuSequenceState GpuStatePool::acquire(cudaStream_t stream) {
   st.slot = slot;
   st.layers.resize(shape_.size());
   for (size_t l = 0; l < shape_.size(); ++l) {
-    const auto counts = field_counts(shape_[l]);
+    const auto sizes = field_sizes(shape_[l]);
     auto view = [&](int f) {
-      return DeviceBuffer<float>::view(reinterpret_cast<float*>(base + offsets_[l][f]), static_cast<size_t>(counts[f]));
+      return DeviceBuffer<float>::view(reinterpret_cast<float*>(base + offsets_[l][f]),
+                                       static_cast<size_t>(sizes[f]) / sizeof(float));
+    };
+    auto kv_view = [&](int f) {
+      return DeviceBuffer<uint8_t>::view(reinterpret_cast<uint8_t*>(base + offsets_[l][f]), static_cast<size_t>(sizes[f]));
     };
     GpuLayerCache& c = st.layers[l];
-    c.window = view(kWindow);
-    c.compressed = view(kCompressed);
+    c.window = kv_view(kWindow);
+    c.compressed = kv_view(kCompressed);
     c.index_keys = view(kIndexKeys);
     c.comp_kv = view(kCompKv);
     c.comp_score = view(kCompScore);

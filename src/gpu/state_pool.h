@@ -5,11 +5,12 @@
 // non-owning views into a free slot, reset on the device (window 0, compressor kv 0 / score
 // −inf, length 0), so forward() on it is bit-identical to forward() on new_sequence().
 //
-// Slot layout (fp32 elements, each buffer starting on a 256-byte boundary):
+// Slot layout (each buffer starting on a 256-byte boundary):
 //   slot s at base + s·slot_bytes; inside, for layer l in order, the buffers
-//   window [sliding_window, head_dim] | compressed [max(1, L/r), head_dim] |
-//   index_keys [max(1, L/r), index_head_dim] | comp_kv, comp_score [c·r, c·h] |
-//   index_kv, index_score [c·r, c·h_I]   (absent buffers take no bytes; c = 2 when overlapped)
+//   window: sliding_window entries | compressed: max(1, L/r) entries (both FP8, 584-byte
+//   layout in pages of 64 entries, kv_cache_bytes() bytes, kv_fp8.h) |
+//   index_keys fp32 [max(1, L/r), index_head_dim] | comp_kv, comp_score fp32 [c·r, c·h] |
+//   index_kv, index_score fp32 [c·r, c·h_I]   (absent buffers take no bytes; c = 2 when overlapped)
 // so one sequence is one contiguous byte range: another process can map the whole pool
 // (ipc_handle(), CUDA IPC) and copy or receive a slot as one range (PD disaggregation).
 //
@@ -29,11 +30,11 @@
 
 namespace dsv4::gpu {
 
-// fp32 element counts of one layer's state buffers (0 = the layer has no such buffer).
+// Sizes of one layer's state buffers (0 = the layer has no such buffer).
 struct LayerStateShape {
-  int64_t window = 0;       // sliding_window · head_dim
-  int64_t compressed = 0;   // max(1, max_len / ratio) · head_dim (layers with a compressor)
-  int64_t index_keys = 0;   // max(1, max_len / ratio) · index_head_dim (layers with an indexer)
+  int64_t window = 0;       // entries: sliding_window (FP8 cache)
+  int64_t compressed = 0;   // entries: max(1, max_len / ratio) (FP8 cache; layers with a compressor)
+  int64_t index_keys = 0;   // fp32 count: max(1, max_len / ratio) · index_head_dim (layers with an indexer)
   int64_t comp_state = 0;   // comp_kv and comp_score each: (c·ratio) · (c·head_dim)
   int64_t index_state = 0;  // index_kv and index_score each
 };
@@ -59,8 +60,10 @@ class GpuStatePool {
   GpuStatePool(const GpuStatePool&) = delete;
   GpuStatePool& operator=(const GpuStatePool&) = delete;
 
-  // Bytes of one slot of `shape` (what the memory planner divides the budget by).
+  // Bytes of one slot of `shape` (what the memory planner divides the budget by), and the part
+  // of it taken by the main KV caches (window rings + compressed entries).
   static int64_t slot_bytes_for(const std::vector<LayerStateShape>& shape);
+  static int64_t main_kv_bytes_for(const std::vector<LayerStateShape>& shape);
 
   int64_t slots() const { return slots_; }
   int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
@@ -68,9 +71,9 @@ class GpuStatePool {
   int64_t total_bytes() const { return slots_ * slot_bytes_; }
   int64_t num_layers() const { return static_cast<int64_t>(shape_.size()); }
   int device() const { return device_; }
-  // Byte offset of layer l's buffer f inside a slot, and its fp32 element count.
+  // Byte offset of layer l's buffer f inside a slot, and its size in bytes.
   int64_t field_offset(int64_t layer, Field f) const { return offsets_[layer][f]; }
-  int64_t field_count(int64_t layer, Field f) const;
+  int64_t field_bytes(int64_t layer, Field f) const;
   std::byte* base() { return memory_.get(); }
   std::byte* slot_ptr(int64_t slot);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "gpu/kv_fp8.h"
 #include "model/state_plan.h"
 
 namespace dsv4::gpu {
@@ -86,16 +87,26 @@ TEST(GpuStatePool, LayoutMatchesNewSequence) {
     EXPECT_TRUE(a.window.is_view());
     EXPECT_FALSE(b.window.is_view());
     EXPECT_EQ(a.comp_kv.get() == nullptr, b.comp_kv.get() == nullptr) << l;
-    for (const DeviceBuffer<float>* f : {&a.window, &a.compressed, &a.index_keys, &a.comp_kv, &a.comp_score,
-                                         &a.index_kv, &a.index_score}) {
-      bytes += static_cast<int64_t>(f->bytes());
-      if (f->empty()) continue;
-      const auto* p = reinterpret_cast<const std::byte*>(f->get());
+    EXPECT_EQ(a.window.bytes(), static_cast<size_t>(kv_cache_bytes(m.config().sliding_window))) << l;
+    if (!a.compressed.empty()) EXPECT_EQ(a.compressed.bytes() % kKvCachePageStride, 0u) << l;
+    auto check = [&](const auto& f) {
+      bytes += static_cast<int64_t>(f.bytes());
+      if (f.empty()) return;
+      const auto* p = reinterpret_cast<const std::byte*>(f.get());
       EXPECT_GE(p, pool.slot_ptr(st.slot));
-      EXPECT_LE(p + f->bytes(), pool.slot_ptr(st.slot) + pool.slot_bytes());
+      EXPECT_LE(p + f.bytes(), pool.slot_ptr(st.slot) + pool.slot_bytes());
       EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % GpuStatePool::kAlign, 0u);
-    }
+    };
+    check(a.window);
+    check(a.compressed);
+    for (const DeviceBuffer<float>* f : {&a.index_keys, &a.comp_kv, &a.comp_score, &a.index_kv, &a.index_score})
+      check(*f);
   }
+  const int64_t main_kv = GpuStatePool::main_kv_bytes_for(sequence_state_shape(m));
+  std::printf("slot %lld bytes, main KV (FP8) %lld bytes\n", static_cast<long long>(pool.slot_bytes()),
+              static_cast<long long>(main_kv));
+  EXPECT_GT(main_kv, 0);
+  EXPECT_LT(main_kv, pool.slot_bytes());
   EXPECT_GE(pool.slot_bytes(), bytes);
   EXPECT_LT(pool.slot_bytes(), bytes + 7 * GpuStatePool::kAlign * static_cast<int64_t>(st.layers.size()) + 1);
   pool.release(st.slot);
@@ -225,8 +236,8 @@ TEST(GpuStatePool, PoolOnAnotherDeviceKeepsTheCurrentDevice) {
   cudaPointerAttributes attr{};
   CUDA_CHECK(cudaPointerGetAttributes(&attr, st.layers[0].window.get()));
   EXPECT_EQ(attr.device, 1);
-  std::vector<float> w = st.layers[0].window.download();
-  for (float v : w) ASSERT_EQ(v, 0.0f);
+  std::vector<uint8_t> w = st.layers[0].window.download();
+  for (uint8_t v : w) ASSERT_EQ(v, 0);
   EXPECT_EQ(pool.device(), 1);
   pool.release(st.slot);
 }
