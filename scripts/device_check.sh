@@ -138,6 +138,7 @@ want decode && [ -x "$BUILD/src/gpu/gpu_state_pool_test" ] && run state_pool tim
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"
 want bench && [ -x "$BUILD/src/gpu/gpu_decode_bench" ] && run bench timeout ${BENCH_TIMEOUT:-150} "$BUILD/src/gpu/gpu_decode_bench" --num-layers "$LAYERS" --prompt ${BENCH_PROMPT:-128} --steps 16
 want serve && run serve timeout ${SERVE_TIMEOUT:-120} bash -c "$(declare -f chat wait_healthy serve_smoke); OUT='$OUT' BUILD='$BUILD' serve_smoke"
+want profile && [ -x "$BUILD/src/gpu/gpu_cupti_trace_test" ] && run cupti_test timeout 60 "$BUILD/src/gpu/gpu_cupti_trace_test"
 want profile && run profile timeout ${PROFILE_TIMEOUT:-150} "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" \
   --num-layers ${PROFILE_LAYERS:-4} --batch ${PROFILE_BATCH:-2} --context ${PROFILE_CONTEXT:-256} --steps ${PROFILE_STEPS:-8} --by-shape
 echo
@@ -145,9 +146,9 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/cupti_test.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
 grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null
-grep -h -E "^HBM|^decode step|^roofline|^all kernels|^prefill [0-9]" "$OUT"/profile.log 2>/dev/null
+grep -h -E "^HBM|^decode step|^roofline|^all kernels|^prefill [0-9]|CUPTI" "$OUT"/profile.log 2>/dev/null

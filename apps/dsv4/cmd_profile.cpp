@@ -10,9 +10,13 @@
 // GpuModel::decode() of the B sequences, launched eagerly for those two passes; then (unless
 // --disable-cuda-graph) the same steps replay a captured CUDA graph, timed by wall clock and by
 // CUDA events on the model's stream around each decode() (input upload, replay, logits download).
+// Then, when libcupti loads (unless --no-cupti), --steps more graph replays are traced with CUPTI
+// kernel records and printed as a per-kernel table too (graph_kernel_rows below).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +24,7 @@
 #include "apps/dsv4/commands.h"
 #include "base/check.h"
 #include "gpu/cuda_check.h"
+#include "gpu/cupti_trace.h"
 #include "gpu/gpu_model.h"
 #include "gpu/profiler.h"
 #include "model/model_config.h"
@@ -33,7 +38,7 @@ struct ProfileArgs {
   std::string model_dir, load_format = "auto", model_config;
   int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12, tp = 1;
   int64_t context = 512;
-  bool by_shape = false, disable_cuda_graph = false;
+  bool by_shape = false, disable_cuda_graph = false, no_cupti = false;
   uint64_t seed = 1234;
   std::string context_fill = "prefill";  // "prefill" | "random" (GpuModel::fill_for_benchmark)
 };
@@ -63,11 +68,75 @@ void print_table(const char* title, const std::vector<gpu::prof::KernelStat>& ro
               total_us / steps, 100.0, bytes_sum, gbs, 100.0 * gbs / hbm_gbs);
 }
 
+// Per-kernel rows of `a.steps` CUDA-graph replays from CUPTI kernel records, attributed to
+// launcher names (gpu/kernel_attribution.h): one eager step with the profiler and CUPTI external
+// correlation on maps kernel functions to launchers and gives their bytes per step; then the
+// decode graph is captured again with CUPTI attached, warmed up, and `a.steps` replays are
+// traced. `step(mode)` runs one decode step of the batch.
+std::vector<gpu::prof::KernelStat> traced_graph_rows(gpu::GpuModel& m, const ProfileArgs& a,
+                                                     const std::function<void(gpu::GpuModel::DecodeMode)>& step) {
+  using Mode = gpu::GpuModel::DecodeMode;
+  const int device = a.tp > 1 ? 0 : -1;  // tensor parallel: rank 0's device (the tables show rank 0)
+  gpu::cupti::KernelTrace trace;
+  trace.start();
+  gpu::prof::reset();
+  gpu::prof::set_enabled(true);
+  trace.set_correlation(true);
+  step(Mode::kEager);
+  trace.set_correlation(false);
+  gpu::prof::set_enabled(false);
+  gpu::prof::reset();
+  const auto map = gpu::prof::build_kernel_map(trace.take(device), trace.launches());
+  const auto tc = Clock::now();
+  step(Mode::kAuto);  // captures the graph (and sizes its workspace) under CUPTI
+  const double capture_ms = seconds_since(tc) * 1e3;
+  for (int i = 0; i < a.warmup; ++i) step(Mode::kAuto);
+  (void)trace.take(device);
+  for (int i = 0; i < a.steps; ++i) step(Mode::kAuto);
+  const auto att = gpu::prof::attribute(trace.stop(device), map, a.steps);
+  if (trace.dropped_records() > 0) {
+    std::printf("warning: CUPTI dropped %lld activity records: the graph replay table undercounts\n",
+                static_cast<long long>(trace.dropped_records()));
+  }
+  double kernel_us = 0;
+  for (const auto& r : att.rows) kernel_us += r.us;
+  std::printf("CUDA graph replay traced with CUPTI (%s; graph recaptured in %.1f ms): %lld kernel records in %d "
+              "replays (%lld from graph nodes), %.0f us of kernel time per step; launcher names from one eager step "
+              "(%zu launches, %zu kernel functions); %d function(s) ran a different number of times per step than "
+              "eagerly, %d never ran eagerly (shown by function name)\n",
+              gpu::cupti::describe().c_str(), capture_ms, static_cast<long long>(att.records), a.steps,
+              static_cast<long long>(att.graph_records), kernel_us / a.steps, trace.launches().size(),
+              map.occurrences.size(), att.mismatched_functions, att.unmapped_functions);
+  return att.rows;
+}
+
+// traced_graph_rows after dropping the graph captured so far (no graph outlives CUPTI's attach);
+// empty, with one line saying why, when libcupti cannot be loaded or the trace fails.
+std::vector<gpu::prof::KernelStat> graph_kernel_rows(gpu::GpuModel& m, const ProfileArgs& a,
+                                                     const std::function<void(gpu::GpuModel::DecodeMode)>& step) {
+  m.enable_decode_graphs(a.batch);  // drops the graph captured above, before CUPTI attaches
+  std::string why;
+  if (!gpu::cupti::load(&why)) {
+    std::printf("CUPTI not available (%s): no per-kernel table for the graph replay, step time only\n",
+                why.c_str());
+    return {};
+  }
+  try {
+    return traced_graph_rows(m, a, step);
+  } catch (const std::exception& e) {  // the rest of the profile is still worth printing
+    gpu::prof::set_enabled(false);
+    gpu::prof::reset();
+    std::printf("CUPTI trace of the graph replay failed (%s): no per-kernel table for it\n", e.what());
+    return {};
+  }
+}
+
 void profile(const ProfileArgs& a) {
   DSV4_CHECK(gpu::has_cuda_device(), "no CUDA device: `dsv4 profile` needs a visible NVIDIA GPU");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress stays visible when the run is cut short
   DSV4_CHECK(a.batch >= 1 && a.steps >= 1 && a.context >= 1 && a.warmup >= 0, "bad --batch/--steps/--context");
-  const int64_t max_len = a.context + 2 * a.warmup + 3 * a.steps + 16;
+  // Positions: warm-up and steps of the eager, profiled, graph and CUPTI passes (+ slack).
+  const int64_t max_len = a.context + 3 * a.warmup + 4 * a.steps + 24;
   gpu::GpuModelOptions go{.max_seq_len = max_len, .tp_size = a.tp};
   std::unique_ptr<gpu::GpuModel> m;
   std::string source;
@@ -150,6 +219,7 @@ void profile(const ProfileArgs& a) {
   const double prof_step_us = seconds_since(tp) * 1e6 / a.steps;
   gpu::prof::set_enabled(false);
   const auto rows = gpu::prof::collect(false);
+  const auto shape_rows = a.by_shape ? gpu::prof::collect(true) : std::vector<gpu::prof::KernelStat>{};
 
   if (a.context_fill == "random") {
     std::printf("context: %lld positions of random cache entries per sequence (--context-fill random, no prefill)\n",
@@ -176,6 +246,7 @@ void profile(const ProfileArgs& a) {
                 "faster\n",
                 a.batch, seq_us[seq_us.size() / 2], seq_us[seq_us.size() / 2] / med);
   }
+  std::vector<gpu::prof::KernelStat> graph_rows;  // CUPTI, graph replay
   if (!a.disable_cuda_graph) {
     // CUDA graph for this batch size only (the list ends at --batch), captured on first use.
     m->enable_decode_graphs(a.batch);
@@ -208,6 +279,9 @@ void profile(const ProfileArgs& a) {
                 "eager/graph = %.2fx\n",
                 a.batch, m->decode_graph_sizes().back(), capture_s * 1e3, gmed, wall_us.front(), wall_us.back(),
                 event_us[event_us.size() / 2], a.batch / (gmed * 1e-6), med / gmed);
+    if (!a.no_cupti) {
+      graph_rows = graph_kernel_rows(*m, a, [&](gpu::GpuModel::DecodeMode mode) { step_mode(s++, mode); });
+    }
   }
   const auto need = gpu::prof::decode_must_read(*m, a.batch, a.context);
   const double batched = need.total(a.batch);
@@ -220,8 +294,11 @@ void profile(const ProfileArgs& a) {
               cfg.n_routed_experts, a.batch, need.state_per_sequence, batched / (hbm * 1e3), a.batch, sequential,
               sequential / (hbm * 1e3), med / (batched / (hbm * 1e3)));
   print_table("decode: per kernel, totals over the profiled steps", rows, hbm, a.steps, 1000);
+  if (!graph_rows.empty()) {
+    print_table("decode (CUDA graph replay, CUPTI): per kernel", graph_rows, hbm, a.steps, 1000);
+  }
   if (a.by_shape) {
-    print_table("decode: per kernel and shape", gpu::prof::collect(true), hbm, a.steps, static_cast<size_t>(a.top));
+    print_table("decode: per kernel and shape", shape_rows, hbm, a.steps, static_cast<size_t>(a.top));
   }
   if (!prefill_rows.empty()) {
     print_table("prefill (one sequence): per kernel", prefill_rows, hbm, 1, static_cast<size_t>(a.top));
@@ -250,6 +327,7 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
   cmd->add_option("--warmup", args->warmup, "Warm-up decode steps")->capture_default_str();
   cmd->add_flag("--by-shape", args->by_shape, "Also print a table per (kernel, shape)");
   cmd->add_flag("--disable-cuda-graph", args->disable_cuda_graph, "Skip the CUDA-graph replay timing");
+  cmd->add_flag("--no-cupti", args->no_cupti, "Skip the per-kernel table of the graph replay (CUPTI)");
   cmd->add_option("--top", args->top, "Rows of the per-shape and prefill tables")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Dummy weight seed")->capture_default_str();
   cmd->callback([args] { profile(*args); });

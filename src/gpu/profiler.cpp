@@ -16,6 +16,10 @@ std::atomic<bool> g_enabled{false};
 }  // namespace detail
 
 namespace {
+LaunchObserver* g_observer = nullptr;  // set from the launching thread, between steps
+}  // namespace
+
+namespace {
 
 struct Pending {
   std::string kernel, shape;
@@ -87,9 +91,11 @@ void begin(const char* kernel, const std::string& shape, double bytes, cudaStrea
   }
   r.pending.push_back(std::move(p));
   *token = reinterpret_cast<void*>(r.pending.size());  // index + 1
+  if (g_observer != nullptr) g_observer->on_begin(kernel, bytes);
 }
 
 void end(void* token, cudaStream_t s) {
+  if (g_observer != nullptr) g_observer->on_end();
   Registry& r = registry();
   const size_t i = reinterpret_cast<size_t>(token) - 1;
   if (i < r.pending.size() && r.pending[i].stop != nullptr) CUDA_CHECK(cudaEventRecord(r.pending[i].stop, s));
@@ -98,6 +104,8 @@ void end(void* token, cudaStream_t s) {
 }  // namespace detail
 
 void set_enabled(bool on) { detail::g_enabled.store(on, std::memory_order_relaxed); }
+
+void set_launch_observer(LaunchObserver* observer) { g_observer = observer; }
 
 std::vector<KernelStat> collect(bool by_shape) {
   Registry& r = registry();

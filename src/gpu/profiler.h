@@ -8,8 +8,9 @@
 // and turns the events into per-kernel totals.
 //
 // Event pairs per launch work only for launches issued eagerly (no CUDA graph capture):
-// inside a stream capture the Launch records the bytes and the call but no time. A
-// graph-based profile needs CUPTI activity records instead (not built in yet).
+// inside a stream capture the Launch records the bytes and the call but no time. Graph
+// replays are profiled from CUPTI kernel records instead (cupti_trace.h, attributed to
+// launcher names by kernel_attribution.h through a LaunchObserver).
 // Thread-safety: one thread launches at a time (like GpuModel); collect/reset from it too.
 #pragma once
 
@@ -42,6 +43,17 @@ void set_enabled(bool on);
 // Launches from the calling thread are never recorded (tensor-parallel peer ranks: the
 // profile shows rank 0).
 inline void mute_this_thread() { detail::t_muted = true; }
+
+// Sees every recorded launch (profiling on, thread not muted), on the launching thread:
+// on_begin just before the kernel is launched, on_end just after.
+class LaunchObserver {
+ public:
+  virtual ~LaunchObserver() = default;
+  virtual void on_begin(const char* kernel, double bytes) = 0;
+  virtual void on_end() = 0;
+};
+// nullptr: none (the default). The observer must outlive its registration.
+void set_launch_observer(LaunchObserver* observer);
 
 // RAII around one kernel launch. `shape` is built only when profiling is on.
 class Launch {
