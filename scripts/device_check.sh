@@ -5,7 +5,8 @@
 # printed last.
 # Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,tp,flash] [bench-layers]
 #   tp:    tensor parallelism TP2 vs TP1 (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
-#          weights over FLASH_TP GPUs (default 2): time to ready + decode (FLASH_BATCH, FLASH_CONTEXT).
+#          weights over FLASH_TP GPUs (default 2): time to ready + decode at each of FLASH_BATCHES
+#          (space-separated, default "1"), FLASH_CONTEXT (8192).
 #   tp and flash run only when named in --only.
 #   moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
@@ -127,9 +128,11 @@ want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 1
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
 want tp && [ -x "$BUILD/src/gpu/gpu_tp_test" ] && run tp_test timeout 180 "$BUILD/src/gpu/gpu_tp_test"
-want flash && run flash_profile timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" profile --load-format dummy \
-  --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch ${FLASH_BATCH:-1} --context ${FLASH_CONTEXT:-8192} \
-  --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
+for fb in ${FLASH_BATCHES:-${FLASH_BATCH:-1}}; do
+  want flash && run flash_profile_b$fb timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" profile --load-format dummy \
+    --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch $fb --context ${FLASH_CONTEXT:-8192} \
+    --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
+done
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_test" ] && run kv_fp8 timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_test"
@@ -146,8 +149,8 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/cupti_test.log 2>/dev/null
-grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/cupti_test.log 2>/dev/null
+grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile_b*.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
 grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null

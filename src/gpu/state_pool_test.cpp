@@ -1,6 +1,7 @@
 // GpuStatePool (state_pool.h) and the memory planner on a real device: slots are reused,
 // a reused (even poisoned) slot gives logits bitwise equal to a fresh new_sequence() state,
-// the pool exports a CUDA IPC handle another process can open, and the planner refuses an
+// the pool exports a CUDA IPC handle another process can open, a slot received over NCCL into
+// another GPU's pool decodes identically there, and the planner refuses an
 // impossible --mem-fraction-static. Skips without a CUDA device.
 #include "gpu/state_pool.h"
 
@@ -16,6 +17,7 @@
 
 #include "base/check.h"
 #include "gpu/kv_fp8.h"
+#include "gpu/tp_group.h"
 #include "model/state_plan.h"
 
 namespace dsv4::gpu {
@@ -240,6 +242,54 @@ TEST(GpuStatePool, PoolOnAnotherDeviceKeepsTheCurrentDevice) {
   for (uint8_t v : w) ASSERT_EQ(v, 0);
   EXPECT_EQ(pool.device(), 1);
   pool.release(st.slot);
+}
+
+// Prefill/decode disaggregation: a sequence prefilled into a slot of GPU 0's pool is received
+// as one byte range into a slot of GPU 1's pool over NCCL (TpGroup::transfer_bytes) and then
+// decodes on a model loaded on GPU 1 with logits bitwise equal to decoding on GPU 0.
+TEST(GpuStatePool, SlotReceivedOverNcclDecodesIdentically) {
+  REQUIRE_GPU();
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "needs two devices";
+  if (!tp_supported()) GTEST_SKIP() << "built without NCCL";
+  GpuModel& m0 = model();  // device 0
+  CUDA_CHECK(cudaSetDevice(1));
+  std::unique_ptr<GpuModel> m1 = GpuModel::load(tiny_c4());
+  CUDA_CHECK(cudaSetDevice(0));
+  const auto shape = sequence_state_shape(m0);
+  GpuStatePool pool0(shape, 2, 0), pool1(shape, 3, 1);
+  GpuSequenceState a = pool0.acquire();
+  GpuSequenceState unused = pool1.acquire();  // the receiving slot is slot 1: offsets differ
+  GpuSequenceState b = pool1.acquire();
+  ASSERT_NE(a.slot, b.slot);
+  const auto prompt = tokens(37, 5, m0.config().vocab_size);
+  m0.forward(a, prompt, false, 0, false);
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  TpGroup link(2);
+  link.run([&](int r) {
+    if (r == 0) link.transfer_bytes(0, 0, 1, pool0.slot_ptr(a.slot), pool0.slot_bytes(), nullptr);
+    else link.transfer_bytes(1, 0, 1, pool1.slot_ptr(b.slot), pool1.slot_bytes(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  });
+  b.length = a.length;
+  b.mtp_length = a.mtp_length;
+  std::vector<uint8_t> sent(static_cast<size_t>(pool0.slot_bytes())), got(sent.size());
+  CUDA_CHECK(cudaMemcpy(sent.data(), pool0.slot_ptr(a.slot), sent.size(), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(got.data(), pool1.slot_ptr(b.slot), got.size(), cudaMemcpyDeviceToHost));
+  ASSERT_TRUE(sent == got) << "slot bytes differ after the NCCL transfer";
+
+  for (int32_t t : tokens(6, 17, m0.config().vocab_size)) {
+    const auto la = m0.forward(a, std::span<const int32_t>(&t, 1), false, 0, false).logits;
+    CUDA_CHECK(cudaSetDevice(1));
+    const auto lb = m1->forward(b, std::span<const int32_t>(&t, 1), false, 0, false).logits;
+    CUDA_CHECK(cudaSetDevice(0));
+    ASSERT_TRUE(bitwise_equal(la, lb)) << "decode on GPU 1 after the transfer differs at position " << a.length;
+  }
+  pool0.release(a.slot);
+  pool1.release(b.slot);
+  pool1.release(unused.slot);
 }
 
 TEST(GpuStatePool, PlannerSizesPoolOnThisDevice) {

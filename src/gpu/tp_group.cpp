@@ -181,4 +181,19 @@ void TpGroup::all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t str
 #endif
 }
 
+void TpGroup::transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream) {
+  DSV4_CHECK(from != to && from >= 0 && to >= 0 && from < size_ && to < size_ && (rank == from || rank == to),
+             "transfer_bytes: rank ", rank, " in a transfer from ", from, " to ", to, " (group of ", size_, ")");
+  DSV4_CHECK(bytes >= 0, "transfer_bytes: ", bytes, " bytes");
+#if DSV4_HAVE_NCCL
+  DSV4_CHECK(!impl_->aborted, "tensor-parallel communicators aborted after an error on another rank");
+  if (rank == from)
+    NCCL_CHECK(ncclSend(data, static_cast<size_t>(bytes), ncclUint8, to, impl_->comms[rank], stream));
+  else
+    NCCL_CHECK(ncclRecv(data, static_cast<size_t>(bytes), ncclUint8, from, impl_->comms[rank], stream));
+#else
+  (void)data, (void)stream;
+#endif
+}
+
 }  // namespace dsv4::gpu

@@ -10,6 +10,10 @@
 // "tensor-parallel group unusable" naming it (the model must be reloaded).
 // all_reduce_sum(rank, x, count, stream): in-place fp32 sum of x [count] over the ranks
 // (NCCL); the result is identical on every rank.
+// transfer_bytes(rank, from, to, data, bytes, stream): point-to-point copy of `bytes` bytes from
+// rank `from`'s buffer into rank `to`'s buffer (NCCL send/recv), e.g. one GpuStatePool slot
+// received into another GPU's pool (prefill/decode disaggregation). Ranks `from` and `to` must
+// both call it (each with its own `data`); other ranks must not; from != to.
 // Thread-safety: run() must not be called concurrently from two threads.
 #pragma once
 
@@ -36,6 +40,7 @@ class TpGroup {
   int size() const { return size_; }
   void run(const std::function<void(int rank)>& f);
   void all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream);
+  void transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream);
 
  private:
   struct Impl;
