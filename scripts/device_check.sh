@@ -4,7 +4,7 @@
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
 # Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,tp,flash] [bench-layers]
-#   tp:    tensor parallelism TP2 vs TP1 (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
+#   tp:    tensor parallelism TP2 vs TP1 and the one-shot all-reduce test + latency vs NCCL (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
 #          weights over FLASH_TP GPUs (default 2): time to ready + decode at each of FLASH_BATCHES
 #          (space-separated, default "1"), FLASH_CONTEXT (8192).
 #   tp and flash run only when named in --only.
@@ -128,6 +128,8 @@ want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 1
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
 want tp && [ -x "$BUILD/src/gpu/gpu_tp_test" ] && run tp_test timeout 180 "$BUILD/src/gpu/gpu_tp_test"
+want tp && [ -x "$BUILD/src/gpu/gpu_p2p_all_reduce_test" ] && run allreduce_test timeout 60 "$BUILD/src/gpu/gpu_p2p_all_reduce_test"
+want tp && [ -x "$BUILD/src/gpu/gpu_p2p_all_reduce_bench" ] && run allreduce_bench timeout 60 "$BUILD/src/gpu/gpu_p2p_all_reduce_bench"
 for fb in ${FLASH_BATCHES:-${FLASH_BATCH:-1}}; do
   want flash && run flash_profile_b$fb timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" profile --load-format dummy \
     --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch $fb --context ${FLASH_CONTEXT:-8192} \
@@ -149,9 +151,14 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/cupti_test.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/allreduce_test.log "$OUT"/cupti_test.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile_b*.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
+grep -h -E "^[0-9]+ +[0-9]+ \|" "$OUT"/allreduce_bench.log 2>/dev/null
 grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null
 grep -h -E "^HBM|^decode step|^roofline|^all kernels|^prefill [0-9]|CUPTI" "$OUT"/profile.log 2>/dev/null
+# The device tool returns at most 8 files from $OUT: keep the logs as one archive.
+if [ "$(ls "$OUT" | wc -l)" -gt 7 ]; then
+  tar -C "$OUT" -czf /tmp/device_logs.tgz . && rm -rf "${OUT:?}"/* && mv /tmp/device_logs.tgz "$OUT/"
+fi

@@ -73,7 +73,8 @@ void GpuModel::tp_reduce(float* x, int64_t count) {
   if (tp_size_ == 1) return;
   {
     // Bytes: this rank's partial out and the sum in (what the link moves per rank, 2 ranks).
-    prof::Launch pl("nccl_all_reduce", 2.0 * static_cast<double>(count) * sizeof(float), stream_);
+    prof::Launch pl(tp_group_->uses_one_shot(count) ? "all_reduce (p2p one-shot)" : "all_reduce (nccl)",
+                    2.0 * static_cast<double>(count) * sizeof(float), stream_);
     tp_group_->all_reduce_sum(tp_rank_, x, count, stream_);
   }
   round_bf16_values(x, count, stream_);

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "base/check.h"
 #include "gpu/cuda_check.h"
+#include "gpu/p2p_all_reduce.h"
 #include "gpu/profiler.h"
 
 #if DSV4_HAVE_NCCL
@@ -112,12 +114,14 @@ struct TpGroup::Impl {
   std::once_flag abort_once;
   std::atomic<bool> aborted{false};
   std::string broken;  // set after a failed run(); guarded by run()'s single caller
+  std::unique_ptr<P2pAllReduce> p2p;  // decode-sized sums (nullptr: NCCL only)
 #if DSV4_HAVE_NCCL
   std::vector<ncclComm_t> comms;
 #endif
   void abort() {
     std::call_once(abort_once, [this] {
       aborted = true;  // no new collective starts on an aborted communicator
+      if (p2p) p2p->abort();  // releases kernels spinning at the one-shot barrier
 #if DSV4_HAVE_NCCL
       for (ncclComm_t c : comms) ncclCommAbort(c);
       comms.clear();
@@ -137,6 +141,9 @@ TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
   std::vector<int> devs(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) devs[r] = r;
   NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), size, devs.data()));
+  const char* mode = std::getenv("DSV4_TP_ALLREDUCE");  // "nccl": never the one-shot kernel
+  if ((mode == nullptr || std::string(mode) != "nccl") && P2pAllReduce::supported(size))
+    impl_->p2p = std::make_unique<P2pAllReduce>(size, kP2pMaxFloats);
   for (int r = 1; r < size; ++r) impl_->workers.push_back(std::make_unique<RankWorker>(r, [this] { impl_->abort(); }));
 #else
   DSV4_FAIL("--tp ", size, " needs NCCL, and this build has none (nccl.h was not found at configure time)");
@@ -175,11 +182,17 @@ void TpGroup::all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t str
   if (size_ == 1) return;
 #if DSV4_HAVE_NCCL
   DSV4_CHECK(!impl_->aborted, "tensor-parallel communicators aborted after an error on another rank");
+  if (uses_one_shot(count)) {
+    impl_->p2p->run(rank, x, count, stream);
+    return;
+  }
   NCCL_CHECK(ncclAllReduce(x, x, static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comms[rank], stream));
 #else
   (void)rank, (void)x, (void)count, (void)stream;
 #endif
 }
+
+bool TpGroup::uses_one_shot(int64_t count) const { return impl_->p2p != nullptr && count <= kP2pMaxFloats; }
 
 void TpGroup::transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream) {
   DSV4_CHECK(from != to && from >= 0 && to >= 0 && from < size_ && to < size_ && (rank == from || rank == to),

@@ -9,7 +9,9 @@
 // aborts its communicators, run() rethrows the first error, and every later run() throws
 // "tensor-parallel group unusable" naming it (the model must be reloaded).
 // all_reduce_sum(rank, x, count, stream): in-place fp32 sum of x [count] over the ranks
-// (NCCL); the result is identical on every rank.
+// (the one-shot peer-to-peer kernel of p2p_all_reduce.h up to kP2pMaxFloats when every pair of
+// GPUs has peer access and DSV4_TP_ALLREDUCE is not "nccl", NCCL otherwise); the result is
+// identical on every rank.
 // transfer_bytes(rank, from, to, data, bytes, stream): point-to-point copy of `bytes` bytes from
 // rank `from`'s buffer into rank `to`'s buffer (NCCL send/recv), e.g. one GpuStatePool slot
 // received into another GPU's pool (prefill/decode disaggregation). Ranks `from` and `to` must
@@ -39,7 +41,10 @@ class TpGroup {
 
   int size() const { return size_; }
   void run(const std::function<void(int rank)>& f);
+  static constexpr int64_t kP2pMaxFloats = int64_t{1} << 19;  // [128, 4096] fp32 = 2 MiB
   void all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream);
+  // True when all_reduce_sum(count) runs the one-shot kernel (profiler names).
+  bool uses_one_shot(int64_t count) const;
   void transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream);
 
  private:

@@ -1,0 +1,177 @@
+// P2pAllReduce (p2p_all_reduce.h): the one-shot kernel and its buffers.
+#include "gpu/p2p_all_reduce.h"
+
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+
+namespace dsv4::gpu {
+namespace {
+
+struct OneShotArgs {
+  float* x = nullptr;
+  int64_t count = 0;
+  int rank = 0, size = 0;
+  bool vec4 = false;  // x is 16-byte aligned: float4 loads and stores
+  float* buffers[P2pAllReduce::kMaxRanks] = {};   // each rank's [2][max_floats]
+  uint32_t* flags[P2pAllReduce::kMaxRanks] = {};  // each rank's [kBlocks][kMaxRanks]
+  uint32_t* epochs = nullptr;                     // this rank's [kBlocks]
+  int64_t max_floats = 0;
+  const volatile int* abort = nullptr;
+};
+
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Block b: slice [lo, hi) of x (the same on every rank). See the header for the protocol.
+__global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(OneShotArgs a) {
+  __shared__ uint32_t epoch_s;
+  const int b = blockIdx.x;
+  if (threadIdx.x == 0) {
+    const uint32_t e = a.epochs[b] + 1;
+    a.epochs[b] = e;
+    epoch_s = e;
+  }
+  __syncthreads();
+  const uint32_t epoch = epoch_s;
+  const int64_t parity_offset = (epoch & 1u) ? a.max_floats : 0;
+  const int64_t per = ((a.count + P2pAllReduce::kBlocks - 1) / P2pAllReduce::kBlocks + 3) / 4 * 4;
+  const int64_t lo = b * per < a.count ? b * per : a.count;
+  const int64_t hi = lo + per < a.count ? lo + per : a.count;
+  const int64_t lo4 = lo / 4, hi4 = a.vec4 ? hi / 4 : lo4;  // float4 part [lo4·4, hi4·4), then the tail
+
+  float* mine = a.buffers[a.rank] + parity_offset;
+  for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x)
+    reinterpret_cast<float4*>(mine)[i] = reinterpret_cast<const float4*>(a.x)[i];
+  for (int64_t i = hi4 * 4 + threadIdx.x; i < hi; i += blockDim.x) mine[i] = a.x[i];
+  __syncthreads();
+
+  if (threadIdx.x < a.size && static_cast<int>(threadIdx.x) != a.rank) {
+    const int peer = threadIdx.x;
+    __threadfence_system();
+    store_release_sys(a.flags[peer] + b * P2pAllReduce::kMaxRanks + a.rank, epoch);
+    const uint32_t* mine_flag = a.flags[a.rank] + b * P2pAllReduce::kMaxRanks + peer;
+    // >= (wrap-safe): the peer may already have announced the next call.
+    for (uint32_t spins = 0; static_cast<int32_t>(load_acquire_sys(mine_flag) - epoch) < 0; ++spins) {
+      if ((spins & 1023u) == 1023u && *a.abort != 0) break;
+    }
+  }
+  __syncthreads();
+
+  for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int r = 0; r < a.size; ++r) {
+      const float4 v = r == a.rank ? reinterpret_cast<const float4*>(a.x)[i]
+                                   : __ldcv(reinterpret_cast<const float4*>(a.buffers[r] + parity_offset) + i);
+      if (r == 0) {
+        s = v;
+      } else {
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+      }
+    }
+    reinterpret_cast<float4*>(a.x)[i] = s;
+  }
+  for (int64_t i = hi4 * 4 + threadIdx.x; i < hi; i += blockDim.x) {
+    float s = 0.f;
+    for (int r = 0; r < a.size; ++r) {
+      const float v = r == a.rank ? a.x[i] : __ldcv(a.buffers[r] + parity_offset + i);
+      s = r == 0 ? v : s + v;
+    }
+    a.x[i] = s;
+  }
+}
+
+// Switches to `device` for the lifetime of the object.
+struct DeviceScope {
+  int saved = 0;
+  explicit DeviceScope(int device) {
+    CUDA_CHECK(cudaGetDevice(&saved));
+    CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(saved); }
+};
+
+}  // namespace
+
+bool P2pAllReduce::supported(int size) {
+  if (size < 2 || size > kMaxRanks) return false;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < size) return false;
+  for (int i = 0; i < size; ++i)
+    for (int j = 0; j < size; ++j) {
+      int ok = 0;
+      if (i != j && (cudaDeviceCanAccessPeer(&ok, i, j) != cudaSuccess || ok == 0)) return false;
+    }
+  return true;
+}
+
+P2pAllReduce::P2pAllReduce(int size, int64_t max_floats) : size_(size), max_floats_(max_floats) {
+  DSV4_CHECK(supported(size), "P2pAllReduce: devices 0..", size - 1, " lack peer access to each other");
+  DSV4_CHECK(max_floats > 0 && max_floats % 4 == 0, "P2pAllReduce: max_floats ", max_floats, " must be a positive multiple of 4");
+  int* host = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+  *host = 0;
+  abort_host_ = host;
+  ranks_.resize(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    DeviceScope scope(r);
+    for (int j = 0; j < size; ++j) {
+      if (j == r) continue;
+      const cudaError_t e = cudaDeviceEnablePeerAccess(j, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();  // clears the sticky-free error
+      } else {
+        CUDA_CHECK(e);
+      }
+    }
+    Rank& k = ranks_[r];
+    CUDA_CHECK(cudaMalloc(&k.buffers, sizeof(float) * 2 * static_cast<size_t>(max_floats)));
+    CUDA_CHECK(cudaMalloc(&k.flags, sizeof(uint32_t) * kBlocks * kMaxRanks));
+    CUDA_CHECK(cudaMalloc(&k.epochs, sizeof(uint32_t) * kBlocks));
+    CUDA_CHECK(cudaMemset(k.flags, 0, sizeof(uint32_t) * kBlocks * kMaxRanks));
+    CUDA_CHECK(cudaMemset(k.epochs, 0, sizeof(uint32_t) * kBlocks));
+    if (r == 0) CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&abort_device_), host, 0));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+}
+
+P2pAllReduce::~P2pAllReduce() {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    DeviceScope scope(static_cast<int>(r));
+    cudaFree(ranks_[r].buffers);
+    cudaFree(ranks_[r].flags);
+    cudaFree(ranks_[r].epochs);
+  }
+  if (abort_host_ != nullptr) cudaFreeHost(const_cast<int*>(abort_host_));
+}
+
+void P2pAllReduce::run(int rank, float* x, int64_t count, cudaStream_t stream) {
+  DSV4_CHECK(rank >= 0 && rank < size_, "P2pAllReduce: rank ", rank, " of ", size_);
+  DSV4_CHECK(count >= 0 && count <= max_floats_, "P2pAllReduce: ", count, " floats, at most ", max_floats_);
+  OneShotArgs a;
+  a.x = x;
+  a.count = count;
+  a.rank = rank;
+  a.size = size_;
+  a.vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int r = 0; r < size_; ++r) {
+    a.buffers[r] = ranks_[r].buffers;
+    a.flags[r] = ranks_[r].flags;
+  }
+  a.epochs = ranks_[rank].epochs;
+  a.max_floats = max_floats_;
+  a.abort = abort_device_;
+  one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void P2pAllReduce::abort() {
+  if (abort_host_ != nullptr) *abort_host_ = 1;
+}
+
+}  // namespace dsv4::gpu

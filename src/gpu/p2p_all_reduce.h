@@ -1,0 +1,69 @@
+// One-shot all-reduce over peer-to-peer loads between the GPUs of one process (issue 8): the
+// decode-sized tensor-parallel sums (a [rows, 4096] fp32 partial: 16 KiB at batch 1, 1 MiB at
+// batch 64) without NCCL's protocol overhead. NVLink multicast is not used (switched off on our
+// machines); each rank reads the others' buffers directly.
+//
+// One kernel per rank and call, a fixed grid of kBlocks blocks; block b owns the same slice of x
+// on every rank:
+//   1. copies its slice of x into this rank's registered buffer (double-buffered by call parity),
+//   2. meets block b of every other rank at a flag barrier (epoch stores into the peers' flag
+//      arrays with release semantics, acquire loads of its own; system scope),
+//   3. sums the slice over ranks 0, 1, …, n−1 in that order (first term not added to 0), so
+//      every rank ends with identical bits; for 2 ranks this is a + b like NCCL.
+// Epochs are counted on the device (one counter per block), so the kernel is CUDA-graph
+// capturable and replays need no host input. Why double buffering suffices: a rank starts call
+// k+2 (overwriting the buffer of call k) only after its call k+1 kernel finished, and that
+// kernel's barrier waited for every peer block to arrive at call k+1, i.e. to finish reading
+// call k's buffers.
+// Failure: abort() (host) raises a flag in mapped host memory that the barrier polls, so a rank
+// spinning for a peer that died returns (with garbage); the caller then treats the group as
+// unusable, as after an NCCL abort.
+// Thread-safety: run() for rank r from rank r's thread only; every rank must call run() with the
+// same count in the same order (like a collective).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace dsv4::gpu {
+
+class P2pAllReduce {
+ public:
+  static constexpr int kMaxRanks = 8;
+  static constexpr int kBlocks = 24;
+  static constexpr int kThreads = 512;
+
+  // True when every pair of devices 0..size-1 can access each other's memory (and size >= 2).
+  static bool supported(int size);
+
+  // Enables peer access between devices 0..size-1 and allocates, on each, two buffers of
+  // max_floats floats, the flag array and the epoch counters; restores the current device.
+  P2pAllReduce(int size, int64_t max_floats);
+  ~P2pAllReduce();
+  P2pAllReduce(const P2pAllReduce&) = delete;
+  P2pAllReduce& operator=(const P2pAllReduce&) = delete;
+
+  int size() const { return size_; }
+  int64_t max_floats() const { return max_floats_; }
+  // In-place sum of x [count] (count <= max_floats(), x on rank's device) over the ranks,
+  // enqueued on `stream` (the current device must be rank's).
+  void run(int rank, float* x, int64_t count, cudaStream_t stream);
+  // Releases kernels waiting at the barrier (host side; any thread).
+  void abort();
+
+ private:
+  int size_ = 0;
+  int64_t max_floats_ = 0;
+  struct Rank {
+    float* buffers = nullptr;    // [2][max_floats]
+    uint32_t* flags = nullptr;   // [kBlocks][kMaxRanks]: epoch last announced by rank j
+    uint32_t* epochs = nullptr;  // [kBlocks]: calls made by this rank
+  };
+  std::vector<Rank> ranks_;
+  volatile int* abort_host_ = nullptr;  // mapped pinned memory
+  int* abort_device_ = nullptr;
+};
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,131 @@
+// P2pAllReduce (p2p_all_reduce.h) on two GPUs: bitwise equal to the fp32 sum in rank order for
+// counts from 1 to the maximum (odd tails, misaligned x, both buffer parities), inside CUDA
+// graphs replayed with new inputs, and as TpGroup::all_reduce_sum's small-message path.
+// Skips without two GPUs with peer access (or without NCCL, whose TpGroup supplies the rank
+// threads).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/p2p_all_reduce.h"
+#include "gpu/tp_group.h"
+
+namespace dsv4::gpu {
+namespace {
+
+constexpr int kRanks = 2;
+
+bool two_peer_gpus() { return has_cuda_device() && tp_supported() && P2pAllReduce::supported(kRanks); }
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(g);
+  if (n > 2) v[1] = -0.0f;  // -0 + -0 = -0 must survive (the sum starts from rank 0's value)
+  return v;
+}
+
+// Expected result: rank 0's value, then + rank 1's, … (what every rank must hold).
+std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& parts) {
+  std::vector<float> s = parts[0];
+  for (size_t r = 1; r < parts.size(); ++r)
+    for (size_t i = 0; i < s.size(); ++i) s[i] += parts[r][i];
+  return s;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(P2pAllReduce, EagerCallsMatchTheRankOrderSumBitwise) {
+  if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
+  TpGroup threads(kRanks);
+  P2pAllReduce ar(kRanks, 1 << 18);
+  // Varying counts (parities alternate, slices move between blocks), one misaligned pointer.
+  const std::vector<int64_t> counts = {1, 3, 4, 5, 23, 96, 1000, 4096, 4096 * 8 + 3, 65536, 262143, 1 << 18, 7, 4096};
+  for (size_t c = 0; c < counts.size(); ++c) {
+    const int64_t n = counts[c];
+    const int64_t offset = c == 5 ? 1 : 0;  // x not 16-byte aligned
+    std::vector<std::vector<float>> parts(kRanks), got(kRanks);
+    for (int r = 0; r < kRanks; ++r) parts[r] = random_values(n, 1000 * c + r);
+    threads.run([&](int r) {
+      DeviceBuffer<float> x(static_cast<size_t>(n + offset));
+      CUDA_CHECK(cudaMemcpy(x.get() + offset, parts[r].data(), n * sizeof(float), cudaMemcpyHostToDevice));
+      ar.run(r, x.get() + offset, n, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      got[r].resize(static_cast<size_t>(n));
+      CUDA_CHECK(cudaMemcpy(got[r].data(), x.get() + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
+    });
+    const auto want = rank_order_sum(parts);
+    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(same_bits(got[r], want)) << "count " << n << " rank " << r;
+  }
+}
+
+TEST(P2pAllReduce, GraphReplaysWithNewInputs) {
+  if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
+  TpGroup threads(kRanks);
+  P2pAllReduce ar(kRanks, 1 << 16);
+  const std::vector<int64_t> counts = {4096, 17, 65536};  // three calls per replay
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  std::vector<DeviceBuffer<float>> x(kRanks);
+  std::vector<cudaStream_t> streams(kRanks);
+  std::vector<cudaGraphExec_t> execs(kRanks);
+  threads.run([&](int r) {
+    x[r] = DeviceBuffer<float>(static_cast<size_t>(total));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+    int64_t at = 0;
+    for (int64_t n : counts) {
+      ar.run(r, x[r].get() + at, n, streams[r]);
+      at += n;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(streams[r], &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&execs[r], graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  });
+  for (int replay = 0; replay < 5; ++replay) {
+    std::vector<std::vector<float>> parts(kRanks), got(kRanks);
+    for (int r = 0; r < kRanks; ++r) parts[r] = random_values(total, 77 + 10 * replay + r);
+    threads.run([&](int r) {
+      CUDA_CHECK(cudaMemcpy(x[r].get(), parts[r].data(), total * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaGraphLaunch(execs[r], streams[r]));
+      CUDA_CHECK(cudaStreamSynchronize(streams[r]));
+      got[r] = x[r].download();
+    });
+    const auto want = rank_order_sum(parts);  // element-wise, so the call boundaries do not matter
+    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(same_bits(got[r], want)) << "replay " << replay << " rank " << r;
+  }
+  threads.run([&](int r) {
+    CUDA_CHECK(cudaGraphExecDestroy(execs[r]));
+    CUDA_CHECK(cudaStreamDestroy(streams[r]));
+    x[r] = DeviceBuffer<float>();
+  });
+}
+
+TEST(P2pAllReduce, TpGroupUsesItForSmallMessagesAndNcclAbove) {
+  if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
+  TpGroup group(kRanks);
+  EXPECT_TRUE(group.uses_one_shot(4096));
+  EXPECT_FALSE(group.uses_one_shot(TpGroup::kP2pMaxFloats + 1));
+  for (int64_t n : {int64_t{4096}, TpGroup::kP2pMaxFloats + 4}) {  // one-shot, then NCCL: same sums for 2 ranks
+    std::vector<std::vector<float>> parts(kRanks), got(kRanks);
+    for (int r = 0; r < kRanks; ++r) parts[r] = random_values(n, 5000 + r);
+    group.run([&](int r) {
+      auto x = to_device(parts[r]);
+      group.all_reduce_sum(r, x.get(), n, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      got[r] = x.download();
+    });
+    const auto want = rank_order_sum(parts);
+    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(same_bits(got[r], want)) << "count " << n << " rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::gpu
