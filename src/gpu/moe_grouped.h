@@ -68,4 +68,9 @@ struct MoeGroupedArgs {
 // Enqueues the four launches on `stream`; returns immediately.
 void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cudaStream_t stream);
 
+// Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the two GEMM
+// launches — 0: 8 warps × 4-stage rings (default), 1: 11 warps × 3-stage rings; 2 and 3:
+// the same two streaming the weights without the math (diagnostic only: wrong results).
+void moe_grouped_set_pipeline(int variant);
+
 }  // namespace dsv4::gpu

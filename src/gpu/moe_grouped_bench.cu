@@ -4,7 +4,8 @@
 // sets and 4 shared-expert copies cycled so every iteration streams from HBM, CUDA-graph
 // timing of 20 layers per replay, median / min / max over 15 replays.
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
-// Usage: moe_grouped_bench [replays]
+// Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
+// Usage: moe_grouped_bench [replays] [variants: e.g. 01]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,6 +62,7 @@ float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
+  const char* variants = argc > 2 ? argv[2] : "01";  // 2, 3: load-only diagnostics
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int drv = 0, rt = 0;
@@ -125,87 +127,93 @@ int main(int argc, char** argv) {
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
-  std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",
-              "GB/s", "%HBM");
-  const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
-  for (int kind = 0; kind < 4; ++kind) {
-    for (int T : {1, 8, 16, 32, 64, 128, 256}) {
-      if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
-      // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
-      std::vector<int32_t> ids(size_t(R) * T * K);
-      std::vector<float> wts(ids.size());
-      double distinct = 0;
-      for (int r = 0; r < R; ++r) {
-        std::set<int> used;
-        const int hot0 = int(rng() % E);
-        for (int t = 0; t < T; ++t) {
-          std::set<int> mine;
-          while (int(mine.size()) < K) {
-            const int e = (kind == 1 && rng() % 10 < 7) ? (hot0 + int(rng() % 16)) % E : int(rng() % E);
-            mine.insert(e);
+  for (const char* v = variants; *v; ++v) {
+    moe_grouped_set_pipeline(*v - '0');
+    rng.seed(7);  // the same routing sets for every variant
+    std::printf("pipeline variant %c\n", *v);
+    std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",
+                "GB/s", "%HBM");
+    const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int T : {1, 8, 16, 32, 64, 128, 256}) {
+        if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
+        // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
+        std::vector<int32_t> ids(size_t(R) * T * K);
+        std::vector<float> wts(ids.size());
+        double distinct = 0;
+        for (int r = 0; r < R; ++r) {
+          std::set<int> used;
+          const int hot0 = int(rng() % E);
+          for (int t = 0; t < T; ++t) {
+            std::set<int> mine;
+            while (int(mine.size()) < K) {
+              const int e = (kind == 1 && rng() % 10 < 7) ? (hot0 + int(rng() % 16)) % E : int(rng() % E);
+              mine.insert(e);
+            }
+            int j = 0;
+            for (int e : mine) {
+              ids[(size_t(r) * T + t) * K + j] = e;
+              wts[(size_t(r) * T + t) * K + j] = 0.25f;
+              ++j;
+              used.insert(e);
+            }
           }
-          int j = 0;
-          for (int e : mine) {
-            ids[(size_t(r) * T + t) * K + j] = e;
-            wts[(size_t(r) * T + t) * K + j] = 0.25f;
-            ++j;
-            used.insert(e);
-          }
+          distinct += used.size();
         }
-        distinct += used.size();
+        distinct /= R;
+        DeviceBuffer<int32_t> dids;
+        DeviceBuffer<float> dw;
+        dids.upload(ids);
+        dw.upload(wts);
+        {  // eager warm-up (also sets the kernels' shared-memory attribute outside capture)
+          MoeGroupedArgs a;
+          a.tokens = T;
+          a.x = x.get();
+          a.ids = dids.get();
+          a.weights = dw.get();
+          a.experts = dptrs.get();
+          if (kind != 2) a.shared = sh[0];
+          a.out = out.get();
+          moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
+          CUDA_CHECK(cudaStreamSynchronize(st));
+        }
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < NI; ++i) {
+          MoeGroupedArgs a;
+          a.tokens = T;
+          a.x = x.get();
+          a.ids = dids.get() + size_t(i % R) * T * K;
+          a.weights = dw.get() + size_t(i % R) * T * K;
+          a.experts = dptrs.get();
+          if (kind != 2) a.shared = sh[i % NSH];
+          a.out = out.get();
+          moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
+        }
+        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        std::vector<float> us;
+        for (int rep = 0; rep < replays + 2; ++rep) {
+          CUDA_CHECK(cudaEventRecord(e0, st));
+          CUDA_CHECK(cudaGraphLaunch(exec, st));
+          CUDA_CHECK(cudaEventRecord(e1, st));
+          CUDA_CHECK(cudaEventSynchronize(e1));
+          float ms;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          if (rep >= 2) us.push_back(ms * 1e3f / NI);
+        }
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        const double ex = kind == 3 ? 0 : distinct;
+        const double bytes = ex * kExpertBytes + (kind != 2 ? kSharedBytes : 0) + 2.0 * T * D * 4;
+        const float med = median(us);
+        std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%%\n", kinds[kind], T, ex, bytes / 1e6, med,
+                    *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
+                    bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw);
       }
-      distinct /= R;
-      DeviceBuffer<int32_t> dids;
-      DeviceBuffer<float> dw;
-      dids.upload(ids);
-      dw.upload(wts);
-      {  // eager warm-up (also sets the kernels' shared-memory attribute outside capture)
-        MoeGroupedArgs a;
-        a.tokens = T;
-        a.x = x.get();
-        a.ids = dids.get();
-        a.weights = dw.get();
-        a.experts = dptrs.get();
-        if (kind != 2) a.shared = sh[0];
-        a.out = out.get();
-        moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
-        CUDA_CHECK(cudaStreamSynchronize(st));
-      }
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < NI; ++i) {
-        MoeGroupedArgs a;
-        a.tokens = T;
-        a.x = x.get();
-        a.ids = dids.get() + size_t(i % R) * T * K;
-        a.weights = dw.get() + size_t(i % R) * T * K;
-        a.experts = dptrs.get();
-        if (kind != 2) a.shared = sh[i % NSH];
-        a.out = out.get();
-        moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
-      }
-      CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      std::vector<float> us;
-      for (int rep = 0; rep < replays + 2; ++rep) {
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        CUDA_CHECK(cudaGraphLaunch(exec, st));
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (rep >= 2) us.push_back(ms * 1e3f / NI);
-      }
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
-      CUDA_CHECK(cudaGraphDestroy(graph));
-      const double ex = kind == 3 ? 0 : distinct;
-      const double bytes = ex * kExpertBytes + (kind != 2 ? kSharedBytes : 0) + 2.0 * T * D * 4;
-      const float med = median(us);
-      std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%%\n", kinds[kind], T, ex, bytes / 1e6, med,
-                  *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
-                  bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw);
     }
+    std::printf("\n");
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return 0;

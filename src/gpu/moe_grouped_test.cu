@@ -171,7 +171,9 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   a.experts = dptrs.get();
   if (c.shared) a.shared = MoeExpertPtrs{d1.get(), d1s.get(), d3.get(), d3s.get(), d2.get(), d2s.get()};
   a.out = out.get();
-  for (int rep = 0; rep < 2; ++rep) {  // twice: the arrival counters must reset themselves
+  // Pipelines 0 and 1, each twice: the arrival counters must reset themselves.
+  for (int rep = 0; rep < 4; ++rep) {
+    moe_grouped_set_pipeline(rep / 2);
     moe_grouped_forward(a, ws, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> got = out.download();
@@ -191,12 +193,14 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
         if (!(std::fabs(double(g) - w) <= tol)) ++bad;
       }
     }
-    std::printf("T=%d D=%d I=%d E=%d k=%d routing=%d: exact %zu/%zu (%.5f), max ulp %d, beyond tol %zu, "
-                "clamped (tok0) %d\n",
-                T, D, I, E, K, c.routing, exact, got.size(), double(exact) / got.size(), max_ulp, bad, clamped);
+    std::printf("pipeline %d T=%d D=%d I=%d E=%d k=%d routing=%d: exact %zu/%zu (%.5f), max ulp %d, "
+                "beyond tol %zu, clamped (tok0) %d\n",
+                rep / 2, T, D, I, E, K, c.routing, exact, got.size(), double(exact) / got.size(), max_ulp, bad,
+                clamped);
     EXPECT_EQ(bad, 0u);
     EXPECT_GE(double(exact) / got.size(), 0.99);
   }
+  moe_grouped_set_pipeline(0);
   if (c.scale_base >= -3) EXPECT_GT(clamped, 0);
 }
 

@@ -1,15 +1,39 @@
 // Host side of the grouped FP4 MoE (sm90_moe_fp4.cuh): workspace sizing, argument checks and
 // the four launches. Shapes: P = T·k routed positions + T shared positions; chunks of ≤ 8
-// positions per expert, at most P/8 + E + 1 + T/8 of them.
+// positions per expert (the shared expert's listed twice), at most P/8 + E + 2 + ⌈T/8⌉.
 #include "gpu/moe_grouped.h"
+
+#include <atomic>
+
 #include "gpu/sm90_moe_fp4.cuh"
 
 namespace dsv4::gpu {
 namespace {
 
 size_t max_positions(const MoeGroupedShape& s) { return size_t(s.max_tokens) * (s.top_k + 1); }
+// Routed and shared positions cut per expert, plus the shared chunks' second listing.
 size_t max_chunks(const MoeGroupedShape& s) {
-  return max_positions(s) / moe4::kTok + size_t(s.experts) + 2;
+  const size_t shared_chunks = (size_t(s.max_tokens) + moe4::kTok - 1) / moe4::kTok;
+  return max_positions(s) / moe4::kTok + size_t(s.experts) + 2 + shared_chunks;
+}
+
+// Phases 1/2 CTA shape (moe_grouped_set_pipeline).
+std::atomic<int> g_pipeline{0};
+
+template <moe4::GemmShape kS, bool kLoadOnly>
+void set_smem_attr() {
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kLoadOnly>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kLoadOnly>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
+}
+
+template <moe4::GemmShape kS, bool kLoadOnly>
+void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
+  moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kLoadOnly><<<grid, kS.warps * 32, kS.smem(), stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kLoadOnly><<<grid, kS.warps * 32, kS.smem(), stream>>>(p);
+  CUDA_CHECK_LAUNCH();
 }
 
 // SMs of the current device; also sets the kernels' shared-memory limit, once per device
@@ -21,10 +45,10 @@ int sm_count() {
   CUDA_CHECK(cudaGetDevice(&dev));
   call_once_per_device(flags, [dev] {
     CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    moe4::kSmemBytes));
-    CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    moe4::kSmemBytes));
+    set_smem_attr<moe4::kShape8x4, false>();
+    set_smem_attr<moe4::kShape11x3, false>();
+    set_smem_attr<moe4::kShape8x4, true>();
+    set_smem_attr<moe4::kShape11x3, true>();
   });
   return counts[dev];
 }
@@ -59,6 +83,11 @@ void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
 size_t MoeGroupedWorkspace::bytes() const {
   return xq_.bytes() + hq_.bytes() + chunks_.bytes() + xs_.bytes() + pos_weight_.bytes() + h_.bytes() + hs_.bytes() +
          y_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
+}
+
+void moe_grouped_set_pipeline(int variant) {
+  DSV4_CHECK(variant >= 0 && variant <= 3, "grouped MoE: unknown pipeline variant ", variant);
+  g_pipeline.store(variant, std::memory_order_relaxed);
 }
 
 void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaStream_t stream) {
@@ -101,10 +130,12 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   const int grid = sm_count();
   moe4::moe_group_kernel<<<p.T + 1, 1024, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
-  moe4::moe_gemm_kernel<true><<<grid, moe4::kWarps * 32, moe4::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
-  moe4::moe_gemm_kernel<false><<<grid, moe4::kWarps * 32, moe4::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  switch (g_pipeline.load(std::memory_order_relaxed)) {
+    case 1: launch_gemms<moe4::kShape11x3, false>(p, grid, stream); break;
+    case 2: launch_gemms<moe4::kShape8x4, true>(p, grid, stream); break;
+    case 3: launch_gemms<moe4::kShape11x3, true>(p, grid, stream); break;
+    default: launch_gemms<moe4::kShape8x4, false>(p, grid, stream);
+  }
   moe4::moe_combine_kernel<<<p.T, 256, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }

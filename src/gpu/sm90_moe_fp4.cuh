@@ -5,16 +5,21 @@
 //     below; block T histograms the (token, k) slots per expert, scans offsets, scatters each
 //     slot to a position p (positions are grouped by expert; the shared expert is expert E with
 //     positions P..P+T−1, P = T·k) and cuts every expert's positions into chunks of ≤ 8 tokens.
-//  1. gate+up: a persistent grid; one warp item = (chunk, 16 I-rows): 16 w1 rows and 16 w3 rows
-//     (one m16n8k32 tile each) × 8 tokens, streamed through a 4-stage cp.async ring in the
-//     warp's own shared memory. Per 32-K block one FP8 MMA into a fresh accumulator, then
-//     acc += (partial·s_x)·s_w in fp32, K order — exactly cpu::Fp4Linear. The epilogue rounds
-//     g, u to bf16, clamps, SwiGLU, multiplies by the routing weight, rounds to bf16, and the
-//     last of the 8 warps that finish one 128-wide I block (atomic counter) Q8-quantizes it.
+//  1. gate+up: a persistent grid (one CTA per SM, GemmShape warps); one warp item = (chunk,
+//     16 I-rows): 16 w1 rows and 16 w3 rows (one m16n8k32 tile each) × 8 tokens, streamed over
+//     K through a cp.async ring (4 KB of weights per stage) in the warp's own shared memory;
+//     only the chunk's live tokens are copied. Per 32-K block one FP8 MMA into a fresh
+//     accumulator, then acc += (partial·s_x)·s_w in fp32, K order — exactly cpu::Fp4Linear.
+//     The epilogue rounds g, u to bf16, clamps, SwiGLU, multiplies by the routing weight,
+//     rounds to bf16, and the last of the items that finish one 128-wide I block (atomic
+//     counter) Q8-quantizes it.
 //  2. down: same mainloop over w2, item = (chunk, 32 D-rows), output bf16(acc) per position.
 //  3. combine: per token, Σ over its experts in ascending id (fp32) + shared, one bf16 round.
-// The shared expert (FP8 weights, 128×128 scales) runs in phases 1/2 as extra chunks: 4 MMAs
-// chained per 128-K block, acc += partial·(s_x·s_w) — cpu::Fp8Linear's order.
+// The shared expert (FP8 weights, 128×128 scales) runs in phases 1/2 as extra chunks, each
+// listed twice (two halves of the output rows) with half-height items (8 w1 + 8 w3 rows packed
+// in one m-tile; 16 w2 rows), so its items stream the same 64 / 32 KB as a routed item and a
+// batch-1 layer has no long tail. 4 MMAs chained per 128-K block, acc += partial·(s_x·s_w) —
+// cpu::Fp8Linear's order.
 //
 // FP4→FP8: the nibble's 3 magnitude bits go straight into e4m3 bits [4:2] and the sign to bit 7,
 // which is the E2M1 value × 2⁻⁶ exactly; 2⁶ is folded into s_x (exact, powers of two).
@@ -31,16 +36,19 @@
 
 namespace dsv4::gpu::moe4 {
 
-constexpr int kWarps = 8;      // warps per CTA in phases 1 and 2
-constexpr int kStages = 4;     // cp.async ring depth per warp
 constexpr int kTok = 8;        // tokens per chunk (MMA n)
 constexpr int kMaxE = 1023;    // experts (the group block scans E+1 ≤ 1024 entries)
 constexpr int kMaxTopK = 16;
-// Per-warp stage: weights 32 rows × 128 B, activations 8 tokens × 256 B, FP4 weight scales
-// 32 rows × 8 B, activation scales 8 tokens × 8 B.
+// Per-warp stage (256 K): weights 4 KB (FP4 32 rows × 128 B, FP8 16 rows × 256 B), activations
+// 8 tokens × 256 B, FP4 weight scales 32 rows × 8 B, activation scales 8 tokens × 2 floats.
 constexpr int kStageW = 0, kStageA = 4096, kStageWs = 6144, kStageXs = 6400, kStageBytes = 6464;
-constexpr int kWarpSmem = kStages * kStageBytes;
-constexpr int kSmemBytes = kWarps * kWarpSmem;  // 206,848 B
+// CTA shapes of phases 1/2 (one CTA per SM): warps × ring depth per warp.
+struct GemmShape {
+  int warps, stages;
+  constexpr int smem() const { return warps * stages * kStageBytes; }
+};
+constexpr GemmShape kShape8x4{8, 4};    // 206,848 B
+constexpr GemmShape kShape11x3{11, 3};  // 213,312 B
 
 // One expert's matrices in the checkpoint layout. Routed (FP4): w1/w3 [I, D/2], w2 [D, I/2]
 // packed low-nibble-first, scales [out, in/32] E8M0. Shared (FP8): w [out, in] e4m3, scales
@@ -50,7 +58,7 @@ struct ExpertPtrs {
 };
 
 struct Chunk {
-  int expert;  // 0..E−1 routed, E = shared
+  int expert;  // 0..E−1 routed; E, E+1 = shared expert, first / second half of the rows
   int pos;     // first position
   int n;       // 1..8 tokens
 };
@@ -164,7 +172,8 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
   for (int s = tid; s < S; s += blockDim.x) atomicAdd(&cnt[min(max(p.ids[s], 0), E - 1)], 1);
   __syncthreads();
   // Block-wide exclusive scan of cnt and of the chunk counts (one entry per thread).
-  int c = tid <= E ? cnt[tid] : 0, nc = (c + kTok - 1) / kTok;
+  // Chunks per expert; the shared expert's (tid == E) twice: its two halves of the rows.
+  int c = tid <= E ? cnt[tid] : 0, nc = (c + kTok - 1) / kTok * (tid == E ? 2 : 1);
   int ic = c, inc = nc;
   for (int o = 1; o < 32; o <<= 1) {
     const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, inc, o);
@@ -211,66 +220,77 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
       p.pos_weight[off[E] + t] = 1.0f;
     }
   if (tid <= E)
-    for (int j = 0; j < nc; ++j) p.chunks[choff[tid] + j] = Chunk{tid, off[tid] + j * kTok, min(kTok, c - j * kTok)};
+    for (int j = 0; j < nc; ++j) {
+      const int q = tid == E ? j >> 1 : j;  // shared: chunk q, half j & 1
+      p.chunks[choff[tid] + j] = Chunk{tid + (tid == E ? j & 1 : 0), off[tid] + q * kTok, min(kTok, c - q * kTok)};
+    }
 }
 
-// One warp item of phase 1 (kUp) or phase 2: 32 weight rows × 8 tokens over the whole K.
-template <bool kUp, bool kFp8>
+// One warp item of phase 1 (kUp) or phase 2 over the whole K, 8 token slots, kNs-stage
+// cp.async ring; every stage is 4 KB of weights and 256 K of activations:
+//   FP4 (routed): 32 weight rows × 128 B (up: 16 w1 + 16 w3 rows; down: 32 w2 rows), 2 m-tiles.
+//   FP8 (shared): 16 weight rows × 256 B (up: 8 w1 + 8 w3 rows packed in one m-tile, rows g and
+//                 g+8 of the tile are w1/w3 row row0+g; down: 16 w2 rows), 1 m-tile.
+// So both kinds stream the same bytes per item (balanced at batch 1). `sub` selects the FP8
+// half of the rows (shared chunks appear twice, expert E and E+1). Only the chunk's live
+// tokens (ch.n) are copied; the stale slots only feed MMA columns that are never stored.
+template <bool kUp, bool kFp8, int kNs, bool kLoadOnly>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* sm,
                                          int lane) {
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
   const int K = kUp ? p.D : p.I;
   const int rb = kFp8 ? K : K / 2;                 // weight row bytes
-  const int nst = kFp8 ? K / 128 : K / 256;        // stages (128 weight bytes per row each)
-  const int row0 = kUp ? tile * 16 : tile * 32;    // first output row of the item
-  const uint8_t* wA = (kUp ? ex.w1 : ex.w2) + size_t(row0) * rb;
-  const uint8_t* wB = kUp ? ex.w3 + size_t(row0) * rb : wA + size_t(16) * rb;
-  const uint8_t *sA, *sB;                          // FP4: row scales; FP8: block-row scales
+  const int nst = K / 256;                         // stages (256 K each)
+  // First output row of the item (FP8: tiles of the two halves follow each other).
+  const int row0 = kFp8 ? ((ch.expert - p.E) * (kUp ? p.I / 16 : p.D / 32) + tile) * (kUp ? 8 : 16)
+                        : (kUp ? tile * 16 : tile * 32);
+  const uint8_t *wA, *wB, *sA, *sB;  // rows of A/B halves; FP4: row scales, FP8: block-row scales
   if constexpr (kFp8) {
-    const int rowblk = row0 / 128 * ((K + 127) / 128);
+    wA = (kUp ? ex.w1 : ex.w2) + size_t(row0) * rb;
+    wB = kUp ? ex.w3 + size_t(row0) * rb : wA + size_t(8) * rb;
+    const int rowblk = row0 / 128 * (K / 128);
     sA = (kUp ? ex.s1 : ex.s2) + rowblk;
     sB = kUp ? ex.s3 + rowblk : sA;
   } else {
+    wA = (kUp ? ex.w1 : ex.w2) + size_t(row0) * rb;
+    wB = kUp ? ex.w3 + size_t(row0) * rb : wA + size_t(16) * rb;
     sA = (kUp ? ex.s1 : ex.s2) + size_t(row0) * (K / 32);
     sB = kUp ? ex.s3 + size_t(row0) * (K / 32) : sA + 16 * (K / 32);
   }
-  // Activation rows this lane copies (token slots lane/16+2i (FP4) or lane/8+4i (FP8)).
+  // Activation rows this lane copies: token slots lane/16 + 2i.
   auto act_row = [&](int i) { return kUp ? p.pos_token[ch.pos + min(i, ch.n - 1)] : ch.pos + min(i, ch.n - 1); };
   const uint8_t* arow[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int tk = kFp8 ? (lane >> 3) + 4 * i : (lane >> 4) + 2 * i;
-    arow[i] = (kUp ? p.xq : p.hq) + size_t(act_row(min(tk, kTok - 1))) * K;
-  }
+  for (int i = 0; i < 4; ++i) arow[i] = (kUp ? p.xq : p.hq) + size_t(act_row((lane >> 4) + 2 * i)) * K;
   const float* srow = (kUp ? p.xs : p.hs) + size_t(act_row(lane & 7)) * (K / 128);
 
   auto issue = [&](int s) {
     if (s < nst) {
-      uint8_t* st = sm + (s % kStages) * kStageBytes;
-      const int j = lane & 7;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {  // weights: row r = lane/8 + 4i, 16-byte granule j
-        const int r = (lane >> 3) + 4 * i;
-        const uint8_t* src = (r < 16 ? wA + size_t(r) * rb : wB + size_t(r - 16) * rb) + s * 128 + j * 16;
-        cp16(st + kStageW + r * 128 + ((j ^ (r & 7)) << 4), src);
-      }
+      uint8_t* st = sm + (s % kNs) * kStageBytes;
       if constexpr (kFp8) {
+        const int j = lane & 15;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int tk = (lane >> 3) + 4 * i, q = lane & 7;
-          cp16(st + kStageA + tk * 256 + ((q ^ ((tk & 1) << 2)) << 4), arow[i] + s * 128 + q * 16);
+        for (int i = 0; i < 8; ++i) {  // row r = lane/16 + 2i (0..15), 16-byte granule j (0..15)
+          const int r = (lane >> 4) + 2 * i;
+          const uint8_t* src = (r < 8 ? wA + size_t(r) * rb : wB + size_t(r - 8) * rb) + s * 256 + j * 16;
+          cp16(st + kStageW + r * 256 + ((j ^ (r & 7)) << 4), src);
         }
-        if (lane < kTok) cp4(st + kStageXs + lane * 8, srow + s);
       } else {
+        const int j = lane & 7;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int tk = (lane >> 4) + 2 * i, q = lane & 15;
-          cp16(st + kStageA + tk * 256 + ((q ^ ((tk & 1) << 2)) << 4), arow[i] + s * 256 + q * 16);
+        for (int i = 0; i < 8; ++i) {  // row r = lane/8 + 4i (0..31), 16-byte granule j (0..7)
+          const int r = (lane >> 3) + 4 * i;
+          const uint8_t* src = (r < 16 ? wA + size_t(r) * rb : wB + size_t(r - 16) * rb) + s * 128 + j * 16;
+          cp16(st + kStageW + r * 128 + ((j ^ (r & 7)) << 4), src);
         }
-        const int r = lane;
-        cp8(st + kStageWs + r * 8, (r < 16 ? sA + r * (K / 32) : sB + (r - 16) * (K / 32)) + s * 8);
-        if (lane < kTok) cp8(st + kStageXs + lane * 8, srow + 2 * s);
+        cp8(st + kStageWs + lane * 8, (lane < 16 ? sA + lane * (K / 32) : sB + (lane - 16) * (K / 32)) + s * 8);
       }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tk = (lane >> 4) + 2 * i, q = lane & 15;
+        if (tk < ch.n) cp16(st + kStageA + tk * 256 + ((q ^ ((tk & 1) << 2)) << 4), arow[i] + s * 256 + q * 16);
+      }
+      if (lane < ch.n) cp8(st + kStageXs + lane * 8, srow + 2 * s);
     }
     cp_commit();
   };
@@ -279,43 +299,43 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   float acc[2][4] = {};
   const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  for (int s = 0; s < kNs - 1; ++s) issue(s);
   for (int s = 0; s < nst; ++s) {
-    issue(s + kStages - 1);
-    cp_wait<kStages - 1>();
+    issue(s + kNs - 1);
+    cp_wait<kNs - 1>();
     __syncwarp();
-    const uint8_t* st = sm + (s % kStages) * kStageBytes;
+    if constexpr (kLoadOnly) continue;  // diagnostic: the weight stream alone
+    const uint8_t* st = sm + (s % kNs) * kStageBytes;
     const uint8_t* W = st + kStageW;
     const uint8_t* A = st + kStageA + g * 256;
+    const float4 sx4 = *reinterpret_cast<const float4*>(st + kStageXs + (2 * t) * 8);
     if constexpr (kFp8) {
-      const float xa = *reinterpret_cast<const float*>(st + kStageXs + (2 * t) * 8);
-      const float xb = *reinterpret_cast<const float*>(st + kStageXs + (2 * t + 1) * 8);
-      const float swA = e8m0f(__ldg(sA + s)), swB = e8m0f(__ldg(sB + s));
+      const float xa[2] = {sx4.x, sx4.y}, xb[2] = {sx4.z, sx4.w};
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
+        const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         uint4 bv;
 #pragma unroll
-        for (int kb = 0; kb < 4; ++kb) {
+        for (int kq = 0; kq < 4; ++kq) {
+          const int kb = 4 * hb + kq;
           if ((kb & 1) == 0) bv = *reinterpret_cast<const uint4*>(A + (((((kb >> 1) << 2) + t) ^ ((g & 1) << 2)) << 4));
           const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
-          const uint2 v0 = *reinterpret_cast<const uint2*>(W + (mt * 16 + g) * 128 + gofs);
-          const uint2 v1 = *reinterpret_cast<const uint2*>(W + (mt * 16 + g + 8) * 128 + gofs);
+          const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
+          const uint2 v1 = *reinterpret_cast<const uint2*>(W + (g + 8) * 256 + gofs);
           const uint32_t a[4] = {prmt(v0.x, v0.y, 0x6420), prmt(v1.x, v1.y, 0x6420), prmt(v0.x, v0.y, 0x7531),
                                  prmt(v1.x, v1.y, 0x7531)};
           mma_e4m3(d, a, (kb & 1) ? bv.z : bv.x, (kb & 1) ? bv.w : bv.y, d);
         }
-        const float sw = mt ? swB : swA;
-        acc[mt][0] = fmaf(d[0], xa * sw, acc[mt][0]);
-        acc[mt][1] = fmaf(d[1], xb * sw, acc[mt][1]);
-        acc[mt][2] = fmaf(d[2], xa * sw, acc[mt][2]);
-        acc[mt][3] = fmaf(d[3], xb * sw, acc[mt][3]);
+        acc[0][0] = fmaf(d[0], xa[hb] * swA, acc[0][0]);
+        acc[0][1] = fmaf(d[1], xb[hb] * swA, acc[0][1]);
+        acc[0][2] = fmaf(d[2], xa[hb] * swB, acc[0][2]);
+        acc[0][3] = fmaf(d[3], xb[hb] * swB, acc[0][3]);
       }
     } else {
       uint2 swr[4];
 #pragma unroll
       for (int m = 0; m < 4; ++m) swr[m] = *reinterpret_cast<const uint2*>(st + kStageWs + (g + 8 * m) * 8);
-      const float4 sx4 = *reinterpret_cast<const float4*>(st + kStageXs + (2 * t) * 8);
       const float xa[2] = {sx4.x * 64.0f, sx4.y * 64.0f}, xb[2] = {sx4.z * 64.0f, sx4.w * 64.0f};
       uint4 bv;
 #pragma unroll
@@ -351,12 +371,16 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   __syncwarp();
 
   if constexpr (kUp) {
+    // Gate g and up u of I-row row0 + ir for token slot 2t + c (FP4: ir = g + 8r from the two
+    // m-tiles; FP8: ir = g, the tile's rows g / g+8).
+    constexpr int kRows = kFp8 ? 8 : 16;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < (kFp8 ? 1 : 2); ++r)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int i = 2 * t + c;
-        float gv = round_bf16(acc[0][2 * r + c]), uv = round_bf16(acc[1][2 * r + c]);
+        float gv = round_bf16(kFp8 ? acc[0][c] : acc[0][2 * r + c]);
+        float uv = round_bf16(kFp8 ? acc[0][2 + c] : acc[1][2 * r + c]);
         if (p.limit > 0) {
           uv = fminf(fmaxf(uv, -p.limit), p.limit);
           gv = fminf(gv, p.limit);
@@ -365,14 +389,15 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
         if (!kFp8) hv = p.pos_weight[ch.pos + min(i, ch.n - 1)] * hv;
         if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = round_bf16(hv);
       }
-    // The last of the 8 items covering this 128-wide I block quantizes it (Q8, per token).
+    // The last of the 128/kRows items covering this 128-wide I block quantizes it (Q8, per
+    // token). All of them belong to chunk entry ci (an FP8 half covers whole blocks).
     const int qb = row0 / 128, nqb = p.I / 128;
     __threadfence();
     __syncwarp();
     unsigned old = 0;
     if (lane == 0) old = atomicAdd(&p.arrive[ci * nqb + qb], 1u);
     old = __shfl_sync(0xffffffffu, old, 0);
-    if (old == 128 / 16 - 1) {
+    if (old == 128 / kRows - 1) {
       __threadfence();
       for (int i = 0; i < ch.n; ++i) {
         const size_t pos = ch.pos + i;
@@ -383,7 +408,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     }
   } else {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < (kFp8 ? 1 : 2); ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -394,20 +419,22 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   }
 }
 
-// Phases 1 (kUp) and 2: persistent; global warp w takes items w, w + W, … (W = all warps);
-// consecutive items are consecutive row tiles of one chunk, spread over different CTAs.
-template <bool kUp>
-__global__ void __launch_bounds__(kWarps * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
+// Phases 1 (kUp) and 2: persistent, kNw warps per CTA, one CTA per SM; global warp w takes
+// items w, w + W, … (W = all warps); consecutive items are consecutive row tiles of one chunk,
+// spread over different CTAs. Shared memory: kNw · kNs · kStageBytes. kLoadOnly (benchmark
+// diagnostic, wrong results): the same copies without the math.
+template <bool kUp, int kNw, int kNs, bool kLoadOnly = false>
+__global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint8_t* sm = smem + warp * kWarpSmem;
+  uint8_t* sm = smem + warp * kNs * kStageBytes;
   const int tiles = kUp ? p.I / 16 : p.D / 32;
   const int total = *p.num_chunks * tiles;
-  for (int item = warp * gridDim.x + blockIdx.x; item < total; item += gridDim.x * kWarps) {
+  for (int item = warp * gridDim.x + blockIdx.x; item < total; item += gridDim.x * kNw) {
     const int ci = item / tiles, tile = item - ci * tiles;
     const Chunk ch = p.chunks[ci];
-    if (ch.expert == p.E) moe_item<kUp, true>(p, ch, ci, tile, sm, lane);
-    else moe_item<kUp, false>(p, ch, ci, tile, sm, lane);
+    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kLoadOnly>(p, ch, ci, tile, sm, lane);
+    else moe_item<kUp, false, kNs, kLoadOnly>(p, ch, ci, tile, sm, lane);
   }
 }
 
