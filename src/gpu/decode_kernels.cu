@@ -5,6 +5,7 @@
 // bit-identical to the per-sequence path. Grids depend only on the row count and host upper
 // bounds; rows past their own bound exit early or loop zero times.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "gpu/attention_device.cuh"
@@ -16,6 +17,8 @@
 #include "gpu/kv_fp8.cuh"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
+#include "gpu/sm90_indexer_topk.h"
+#include "gpu/sparse_decode.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -191,6 +194,104 @@ void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const
   prof::Launch pl("decode_ring_update", double(rows) * (d * 4 + kKvEntryBytes), s);
   ring_kernel<<<blocks_for(rows, kRingWarps), kRingWarps * 32, 0, s>>>(kv, rows, pos, caches, win);
   CUDA_CHECK_LAUNCH();
+}
+
+// ---- Dispatch ------------------------------------------------------------------------------
+
+DecodeAttnPath choose_decode_attn_path(int device, int64_t heads, int index_heads, int index_dim, int index_topk) {
+  const char* env = std::getenv("DSV4_GPU_ATTN");
+  if (env != nullptr && std::string(env) == "reference") return DecodeAttnPath::kPlain;
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const bool shapes = heads >= 1 && heads <= sm90::kHeads &&
+                      (index_heads == 0 || (index_heads % 8 == 0 && index_heads <= sm90::kIndexHeads &&
+                                            index_dim == sm90::kIndexDim && index_topk >= 1 &&
+                                            index_topk <= sm90::kIndexTopk));
+  return major == 9 && minor == 0 && shapes ? DecodeAttnPath::kSm90 : DecodeAttnPath::kPlain;
+}
+
+const char* decode_attn_path_name(DecodeAttnPath p) { return p == DecodeAttnPath::kSm90 ? "sm90" : "plain"; }
+
+size_t decode_index_workspace_bytes(DecodeAttnPath path, int64_t rows, int64_t max_visible) {
+  if (path == DecodeAttnPath::kSm90) return sm90::indexer_workspace_bytes(int(rows), int(max_visible));
+  return size_t(rows) * size_t(std::max<int64_t>(1, max_visible)) * sizeof(float);
+}
+
+void decode_index(DecodeAttnPath path, const float* q, const float* weights, int64_t rows, const int32_t* pos,
+                  const DecodeLayerCache* caches, int ratio, int heads, int dh, int64_t max_visible, int k,
+                  int32_t* sel, int32_t* count, void* ws, cudaStream_t s) {
+  if (path == DecodeAttnPath::kPlain) {
+    decode_index_topk(q, weights, rows, pos, caches, ratio, heads, dh, max_visible, static_cast<float*>(ws),
+                      std::max<int64_t>(1, max_visible), k, sel, count, s);
+    return;
+  }
+  DSV4_CHECK(dh == sm90::kIndexDim && max_visible <= INT32_MAX, "sm90 indexer: head dim ", dh, " keys ", max_visible);
+  if (rows == 0) return;
+  sm90::IndexerArgs a;
+  a.q_f32 = q;
+  a.heads = heads;
+  a.weights = weights;
+  a.pos = pos;
+  a.ratio = ratio;
+  a.caches = caches;
+  a.rows = static_cast<int>(rows);
+  a.max_visible = static_cast<int>(max_visible);
+  a.k = k;
+  a.topk = sel;
+  a.count = count;
+  // Bytes: the keys read as fp32 (an upper bound: rows past their own length read less).
+  prof::Launch pl("sm90_index_topk", double(rows) * (double(max_visible) * dh * 4 + heads * (dh + 1) * 4.0), s,
+                  [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
+  sm90::indexer_topk(a, ws, s);
+}
+
+size_t decode_attend_workspace_bytes(DecodeAttnPath path, int64_t split_rows, int H, int num_sms) {
+  if (path == DecodeAttnPath::kPlain) return 0;
+  return sm90::sparse_decode_workspace_bound(static_cast<int>(split_rows), H, num_sms);
+}
+
+void decode_attend(DecodeAttnPath path, const DecodeAttnArgs& d, int64_t rows, int64_t split_rows, int64_t max_extra,
+                   int num_sms, const int32_t* pos, const DecodeLayerCache* caches, void* ws, cudaStream_t s) {
+  if (path == DecodeAttnPath::kPlain) {
+    decode_sparse_attention(d, rows, pos, caches, s);
+    decode_ring_update(d.kv_new, rows, pos, caches, d.win, d.d, s);
+    return;
+  }
+  DSV4_CHECK(d.d == kKvDim, "head_dim ", d.d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
+  if (rows == 0) return;
+  decode_ring_update(d.kv_new, rows, pos, caches, d.win, d.d, s);
+  const int64_t extra = d.ratio > 0 ? max_extra : 0;
+  const sm90::SparseDecodePlan plan = sm90::plan_sparse_decode(
+      static_cast<int>(rows), d.win, static_cast<int>(extra), num_sms, 16, d.H, static_cast<int>(split_rows));
+  sm90::SparseDecodeArgs a;
+  a.q_f32 = d.q;
+  a.heads = d.H;
+  a.main_pool = kv_cache_pool(nullptr);
+  a.extra_pool = kv_cache_pool(nullptr);
+  a.pos = pos;
+  a.win = d.win;
+  a.caches = caches;
+  if (d.ratio > 0) {
+    if (d.selected != nullptr) {
+      a.extra_idx = d.selected;
+      a.extra_len = d.sel_count;
+      a.extra_stride = d.sel_stride;
+    } else {
+      a.extra_ratio = d.ratio;
+    }
+  }
+  a.sink = d.sink;
+  a.scale = d.scale;
+  a.out_f32 = d.out;
+  a.rows = static_cast<int>(rows);
+  // Bytes: q and out (fp32) per row and the upper bound of candidate entries gathered.
+  prof::Launch pl(d.ratio == 0 ? "sm90_attention (window)" : d.selected ? "sm90_attention (CSA)"
+                                                                         : "sm90_attention (HCA)",
+                  double(rows) * (double(d.win + extra) * kKvEntryBytes + 2.0 * d.H * d.d * 4), s,
+                  [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(d.H) + " splits=" +
+                               std::to_string(plan.splits); });
+  sm90::sparse_decode(a, plan, ws, s);
 }
 
 }  // namespace dsv4::gpu

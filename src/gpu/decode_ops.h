@@ -6,6 +6,9 @@
 // its host-position counterpart in ops.h with n = 1 and start_pos = pos[row] (bit-identical).
 // Activations are fp32 arrays holding bf16 values, as in ops.h. The window ring and the
 // compressed entries are FP8 cache buffers (kv_fp8.h), as in ops.h.
+// The CSA indexer and the sparse attention have a second implementation on sm_90a tensor
+// cores (sparse_decode.h, sm90_indexer_topk.h: tolerance-equal, not bitwise); decode_index /
+// decode_attend at the end of this file are the one dispatch point between the two.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -80,5 +83,31 @@ void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_
 // stored exactly).
 void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const DecodeLayerCache* caches, int win,
                         int d, cudaStream_t s);
+
+// ---- Dispatch: the plain kernels above or the sm_90a ones --------------------------------
+enum class DecodeAttnPath { kPlain, kSm90 };
+// kSm90 on a compute capability 9.0 device when the shapes fit the sm_90a kernels (heads ≤ 64,
+// index heads a multiple of 8 ≤ 64, index head dim 128, top-k ≤ 512) and DSV4_GPU_ATTN is not
+// "reference"; else kPlain. Chosen once per model at load.
+DecodeAttnPath choose_decode_attn_path(int device, int64_t heads, int index_heads, int index_dim, int index_topk);
+const char* decode_attn_path_name(DecodeAttnPath p);
+
+// Indexer scores + top-k (as decode_index_topk). ws: decode_index_workspace_bytes(path, rows,
+// max_visible) bytes (plain: the fp32 scores [rows, max(1, max_visible)]). sel [rows, k] (−1
+// padded on kSm90), count [rows].
+size_t decode_index_workspace_bytes(DecodeAttnPath path, int64_t rows, int64_t max_visible);
+void decode_index(DecodeAttnPath path, const float* q, const float* weights, int64_t rows, const int32_t* pos,
+                  const DecodeLayerCache* caches, int ratio, int heads, int dh, int64_t max_visible, int k,
+                  int32_t* sel, int32_t* count, void* ws, cudaStream_t s);
+
+// Sparse attention then the ring update of the new KV row (kv_new), as decode_sparse_attention +
+// decode_ring_update (kSm90: the ring update first, then every window entry is read from the
+// ring — the same values, since the ring stores kv_new exactly). Host bounds: max_extra ≥ every
+// row's compressed candidates (CSA: sel_stride; HCA: max_len / ratio), split_rows ≥ rows (the
+// split count is chosen for it: equal split_rows give bit-equal rows, sparse_decode.h), num_sms.
+// ws: decode_attend_workspace_bytes(path, split_rows, H, num_sms) bytes.
+size_t decode_attend_workspace_bytes(DecodeAttnPath path, int64_t split_rows, int H, int num_sms);
+void decode_attend(DecodeAttnPath path, const DecodeAttnArgs& a, int64_t rows, int64_t split_rows, int64_t max_extra,
+                   int num_sms, const int32_t* pos, const DecodeLayerCache* caches, void* ws, cudaStream_t s);
 
 }  // namespace dsv4::gpu

@@ -3,6 +3,11 @@
 // not, positions inside and past the window), bitwise; (b) GpuModel::decode on the golden
 // tiny checkpoints (and a dummy model wide enough for the grouped FP4 MoE) against
 // per-sequence forward(), and CUDA-graph replay (with padding) against eager decode, bitwise.
+// With the sm_90a decode attention (GpuModel::decode_attn_path() == kSm90: tensor-core
+// attention and indexer, not bitwise) decode is checked against forward() statistically with
+// the golden tier-B limits (rel p50 ≤ 0.35, p90 ≤ 1.3, argmax agreement ≥ 0.72: ulp-level
+// differences flip indexer top-k sets and FP8/FP4 scales in these random tiny models, see
+// tests/data/golden/README.md), while graph replay must still equal eager decode bit for bit.
 // Skips when no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -325,9 +330,37 @@ fs::path golden_dir() {
   return fs::path("tests") / "data" / "golden";
 }
 
+// eval::row_rel_error: max |engine − ref| / sd(ref).
+double row_rel(const float* got, const float* want, int64_t n) {
+  double mean = 0, var = 0, worst = 0;
+  for (int64_t i = 0; i < n; ++i) mean += want[i];
+  mean /= double(n);
+  for (int64_t i = 0; i < n; ++i) {
+    var += (want[i] - mean) * (want[i] - mean);
+    if (!std::isfinite(got[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  }
+  return worst / std::sqrt(var / double(n - 1));
+}
+
+int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
+
+// Per-row agreement of decode with forward on the sm_90a path (tier-B statistics).
+struct RelStats {
+  std::vector<double> rel;
+  int agree = 0;
+  double quantile(double q) const {
+    std::vector<double> v = rel;
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(std::max(0.0, std::ceil(q * double(v.size())) - 1))];
+  }
+};
+
 // Prefills three copies of B sequences (prompt lengths `lens`), then per step compares
 // per-sequence forward() (ref), eager decode() and graph decode() (graphs up to 8 captured).
-void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, int steps) {
+// Bitwise against forward on the plain attention path; else rows collected into `stats`.
+void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, int steps, RelStats* stats = nullptr) {
+  const bool bitwise = m.decode_attn_path() == DecodeAttnPath::kPlain;
   const int64_t B = static_cast<int64_t>(lens.size()), V = m.config().vocab_size;
   m.enable_decode_graphs(8);
   std::vector<GpuSequenceState> ref, eag, gra;
@@ -360,8 +393,13 @@ void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, in
     for (int64_t i = 1; i < V; ++i) varied = varied || want[i] != want[0];
     EXPECT_TRUE(finite && varied) << "step " << s;
     for (int64_t b = 0; b < B; ++b) {
-      EXPECT_EQ(0, std::memcmp(eager.data() + b * V, want.data() + b * V, V * sizeof(float)))
-          << "eager decode vs forward: B=" << B << " step " << s << " row " << b << " (prompt " << lens[b] << ")";
+      if (bitwise) {
+        EXPECT_EQ(0, std::memcmp(eager.data() + b * V, want.data() + b * V, V * sizeof(float)))
+            << "eager decode vs forward: B=" << B << " step " << s << " row " << b << " (prompt " << lens[b] << ")";
+      } else if (stats != nullptr) {
+        stats->rel.push_back(row_rel(eager.data() + b * V, want.data() + b * V, V));
+        stats->agree += argmax(eager.data() + b * V, V) == argmax(want.data() + b * V, V);
+      }
       EXPECT_EQ(0, std::memcmp(graph.data() + b * V, eager.data() + b * V, V * sizeof(float)))
           << "graph decode vs eager: B=" << B << " step " << s << " row " << b;
     }
@@ -379,7 +417,10 @@ void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, in
     EXPECT_EQ(eag[b].length, ref[b].length);
     EXPECT_EQ(gra[b].length, ref[b].length);
     for (int l = 0; l < cfg.num_layers(); ++l) {
-      const GpuLayerCache &r = ref[b].layers[l], &e = eag[b].layers[l], &g = gra[b].layers[l];
+      // Plain path: everything equals forward()'s state. sm90: later layers' inputs differ from
+      // forward()'s, so the graph's state must equal eager decode's instead.
+      const GpuLayerCache &r = bitwise ? ref[b].layers[l] : eag[b].layers[l], &e = eag[b].layers[l],
+                          &g = gra[b].layers[l];
       const std::string at = " b" + std::to_string(b) + " l" + std::to_string(l);
       EXPECT_TRUE(same_bits(e.window.download(), r.window.download())) << "window" << at;
       EXPECT_TRUE(same_bits(g.window.download(), r.window.download())) << "window" << at;
@@ -413,8 +454,27 @@ TEST_P(DecodeGoldenModel, DecodeEqualsForwardAndGraphEqualsEager) {
   SKIP_WITHOUT_GPU();
   const fs::path dir = golden_dir() / GetParam();
   ASSERT_TRUE(fs::exists(dir / "config.json")) << dir;
-  auto m = GpuModel::load(dir, GpuModelOptions{.max_seq_len = 512});
+  auto m = GpuModel::load(dir, GpuModelOptions{.max_seq_len = 512, .plain_decode_attention = true});
+  ASSERT_EQ(m->decode_attn_path(), DecodeAttnPath::kPlain);
   for (int B : {1, 3, 8}) expect_decode_matches_forward(*m, lens_for(B), 6);
+}
+
+// The model's own decode attention path (sm_90a on H200): tier-B statistics against forward(),
+// graph replay bitwise against eager decode.
+TEST_P(DecodeGoldenModel, Sm90DecodeAgreesWithForwardAndGraphEqualsEager) {
+  SKIP_WITHOUT_GPU();
+  const fs::path dir = golden_dir() / GetParam();
+  ASSERT_TRUE(fs::exists(dir / "config.json")) << dir;
+  auto m = GpuModel::load(dir, GpuModelOptions{.max_seq_len = 512});
+  if (m->decode_attn_path() == DecodeAttnPath::kPlain) GTEST_SKIP() << "no sm_90 decode attention on this device";
+  RelStats st;
+  for (int B : {1, 3, 8}) expect_decode_matches_forward(*m, lens_for(B), 6, &st);
+  const double p50 = st.quantile(0.5), p90 = st.quantile(0.9), agree = double(st.agree) / double(st.rel.size());
+  std::printf("[sm90 decode vs forward] %s: %zu rows, rel p50 %.4g p90 %.4g max %.4g, argmax agreement %.3f\n",
+              GetParam().c_str(), st.rel.size(), p50, p90, st.quantile(1.0), agree);
+  EXPECT_LE(p50, 0.35);
+  EXPECT_LE(p90, 1.3);
+  EXPECT_GE(agree, 0.72);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, DecodeGoldenModel, ::testing::Values("tiny-c4", "tiny-calm", "tiny-c4-w16"));
@@ -426,7 +486,7 @@ TEST(DecodeDummyModel, GroupedMoeDecodeEqualsForward) {
   auto cfg = model::ModelConfig::from_file(golden_dir() / "tiny-c4" / "config.json");
   cfg.hidden_size = 256;
   cfg.moe_intermediate_size = 256;
-  auto m = GpuModel::dummy(cfg, 77, GpuModelOptions{.max_seq_len = 512});
+  auto m = GpuModel::dummy(cfg, 77, GpuModelOptions{.max_seq_len = 512, .plain_decode_attention = true});
   expect_decode_matches_forward(*m, lens_for(8), 5);
   expect_decode_matches_forward(*m, lens_for(3), 3);
 }

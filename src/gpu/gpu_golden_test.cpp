@@ -2,6 +2,11 @@
 // and the GPU must agree with the CPU reference at least as tightly as tiny-calm's tier A
 // limits (every row rel ≤ 0.55 for logits and MTP, first row ≤ 1e-3, streams, argmax where
 // clear), judged by the same evaluate_gates with the CPU output in the golden's place.
+// A second test runs every case through batched decode (the first token prefilled, then
+// GpuModel::decode() one position at a time, a CUDA graph replayed) and applies the manifest's
+// logits gates to it: the decode attention path (sm_90a tensor-core attention + indexer on
+// H200) meets the same tiers as the forward path. MTP and x_layers gates are skipped there
+// (decode returns logits only).
 // Skips when no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -11,6 +16,7 @@
 #include <filesystem>
 
 #include "cpu/model.h"
+#include "base/check.h"
 #include "eval/cpu_golden_backend.h"
 #include "eval/gates.h"
 #include "eval/logits_runner.h"
@@ -78,6 +84,62 @@ TEST_P(GpuGoldenSet, GpuPassesEveryGateAndAgreesWithCpu) {
   EXPECT_LE(worst_first, 1e-3);
   EXPECT_LE(worst_stream, 1e-2);
   fs::remove(gpu_path);
+}
+
+// GoldenBackend on the decode path: the first token of a sequence by forward(), every later
+// token by decode() (B = 1, graph replay).
+class DecodePathBackend : public eval::GoldenBackend {
+ public:
+  explicit DecodePathBackend(std::shared_ptr<GpuModel> m) : model_(std::move(m)) { reset(); }
+  const model::ModelConfig& config() const override { return model_->config(); }
+  std::string name() const override { return "cuda-decode"; }
+  void reset() override { state_ = model_->new_sequence(); }
+  std::vector<float> forward(std::span<const int32_t> tokens, std::vector<float>* layer_streams) override {
+    DSV4_CHECK(layer_streams == nullptr, "the decode path has no layer streams");
+    std::vector<float> logits;
+    size_t i = 0;
+    if (state_.length == 0) {
+      logits = model_->forward(state_, tokens.first(1), false, 0, false).logits;
+      i = 1;
+    }
+    logits.resize(static_cast<size_t>(model_->config().vocab_size));
+    GpuSequenceState* seq = &state_;
+    for (; i < tokens.size(); ++i) model_->decode(std::span(&seq, 1), tokens.subspan(i, 1), logits);
+    return logits;
+  }
+  std::vector<float> mtp(std::span<const int32_t>) override { DSV4_FAIL("the decode path has no MTP"); }
+
+ private:
+  std::shared_ptr<GpuModel> model_;
+  GpuSequenceState state_;
+};
+
+TEST_P(GpuGoldenSet, DecodePathPassesEveryLogitsGate) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = eval::golden_root(DSV4_GOLDEN_DIR) / GetParam();
+  const auto manifest = eval::load_manifest(dir / "manifest.json");
+  std::shared_ptr<GpuModel> model = GpuModel::load(dir);
+  model->enable_decode_graphs(1);
+  DecodePathBackend backend(model);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = eval::run_golden_cases(backend, manifest, false, false);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const fs::path path = fs::temp_directory_path() / ("dsv4_gpu_decode_" + GetParam() + ".safetensors");
+  eval::write_output_tensors(out, path.string());
+  const auto report = eval::evaluate_gates(manifest, dir / "golden.safetensors", path);
+  std::printf("[gpu decode path (%s attention) vs golden] %s (run %.1f s)\n%s",
+              decode_attn_path_name(model->decode_attn_path()), GetParam().c_str(), s, report.to_string().c_str());
+  int logits_gates = 0;
+  for (const auto& g : report.gates) {
+    if (g.gate.tensor == "logits" && g.gate.kind != "stream_per_layer") {
+      ++logits_gates;
+      EXPECT_TRUE(g.passed) << "decode path vs golden " << g.gate.name << ": " << g.detail;
+    } else {
+      EXPECT_TRUE(g.passed || g.skipped) << "decode path vs golden " << g.gate.name << ": " << g.detail;
+    }
+  }
+  EXPECT_GE(logits_gates, 1);
+  fs::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSets, GpuGoldenSet, ::testing::Values("tiny-calm", "tiny-c4", "tiny-c4-w16"),

@@ -62,6 +62,14 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
   upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
   upload_rope(model::rope_params(config_, true), max_len_, rope_compress_);
   CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: ordered after legacy-stream uploads
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  const bool csa = config_.index_topk > 0 && config_.index_n_heads > 0;
+  attn_path_ = opts.plain_decode_attention
+                   ? DecodeAttnPath::kPlain
+                   : choose_decode_attn_path(device, local_heads(), csa ? config_.index_n_heads : 0,
+                                             config_.index_head_dim, config_.index_topk);
 }
 
 GpuModel::~GpuModel() {

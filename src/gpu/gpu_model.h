@@ -25,6 +25,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "gpu/cuda_check.h"
+#include "gpu/decode_ops.h"
 #include "gpu/gpu_weights.h"
 #include "gpu/moe_grouped.h"
 #include "gpu/tp_group.h"
@@ -38,6 +39,10 @@ struct GpuModelOptions {
   // expert/shared-expert intermediate dims split; everything else replicated).
   int tp_rank = 0;
   int tp_size = 1;
+  // Batched decode's CSA indexer and sparse attention: the sm_90a tensor-core kernels where
+  // the device and shapes allow (decode_ops.h choose_decode_attn_path; tolerance-equal to
+  // forward()), or with plain_decode_attention the plain kernels (bit-identical to forward()).
+  bool plain_decode_attention = false;
 };
 
 // One layer's state. Owning buffers from new_sequence(), or non-owning views into a
@@ -100,7 +105,9 @@ class GpuModel {
 
   // Batched decode: one new token tokens[b] for each sequence *seqs[b] (distinct sequences, each
   // prefilled: length > 0, length < max_seq_len); logits [B, vocab] fp32; every length += 1.
-  // Bit-identical to forward(*seqs[b], {tokens[b]}) per sequence. kAuto replays a CUDA graph
+  // Bit-identical to forward(*seqs[b], {tokens[b]}) per sequence on the plain attention path
+  // (decode_attn_path() == kPlain); on kSm90 equal within the tensor-core kernels' tolerance,
+  // and a graph replay equals eager decode bit for bit on either path. kAuto replays a CUDA graph
   // when graphs are enabled and B ≤ the largest captured size (capturing that size on first
   // use), padding B to the next captured size with a scratch sequence; otherwise (and with
   // kEager) launches eagerly.
@@ -118,6 +125,8 @@ class GpuModel {
   // Captures every size not captured yet; returns the seconds it took.
   double capture_decode_graphs();
   int decode_graphs_captured() const;
+  // The decode attention / indexer kernels this model runs (chosen at load).
+  DecodeAttnPath decode_attn_path() const { return attn_path_; }
 
   // MTP block 0 over the positions of the last trunk call (streams [n, hc, D] from it).
   std::vector<float> mtp_forward(GpuSequenceState& state, std::span<const float> streams,
@@ -225,6 +234,12 @@ class GpuModel {
   bool graph_ws_ready_ = false;
   std::unique_ptr<GpuSequenceState> pad_seq_;
   std::vector<uint8_t> decode_staging_;
+  // Decode attention kernels (choose_decode_attn_path at load) and the SMs they fill.
+  DecodeAttnPath attn_path_ = DecodeAttnPath::kPlain;
+  int num_sms_ = 1;
+  // The row count decode attention splits are planned for: the graph size a batch of n pads
+  // to (so eager decode and graph replay split alike), else n.
+  int64_t attn_split_rows(int64_t n) const;
   // Grouped tensor-core MoE (sm90_moe_fp4.cu) where its shape limits allow (FP4 experts,
   // hidden and expert widths multiples of 256; calls of ≤ 256 tokens); else the plain path.
   // DSV4_GPU_MOE=reference forces the plain path.

@@ -3,7 +3,10 @@
 // linears, routing, MoE, LM head) are the same launchers with n = B; the position-dependent
 // steps (RoPE, compressor, indexer, sparse attention, ring update) are the decode_ops.h kernels
 // reading positions and cache pointers from the step's device arrays. Launch order and
-// arithmetic are attention()/compress()'s, so every row equals forward() bit for bit.
+// arithmetic are attention()/compress()'s, so every row equals forward() bit for bit on the
+// plain attention path; on the sm_90a path (decode_index / decode_attend dispatch, chosen at
+// load) the indexer and attention are tensor-core kernels equal within their tolerance, and
+// their split-K is planned for the padded graph size so graph replay equals eager decode.
 // Also fill_for_benchmark (random decode state: FP8 caches filled through kv_encode_rows).
 #include <algorithm>
 #include <chrono>
@@ -75,6 +78,12 @@ void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint6
   };
   check_peer_states(state);
   on_ranks([&](GpuModel&, int r) { fill_one(shard_state(state, r)); });
+}
+
+int64_t GpuModel::attn_split_rows(int64_t n) const {
+  if (!graph_sizes_.empty() && n <= graph_sizes_.back())
+    return *std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), static_cast<int>(n));
+  return n;
 }
 
 std::vector<int> GpuModel::decode_graph_batch_sizes(int max_bs) {
@@ -292,12 +301,12 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
       simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
       const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
       dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, stream_);
-      const int64_t stride = std::max<int64_t>(1, max_len_ / ratio);
-      float* scores = grow(s.scores, n * stride);
+      const int64_t max_visible = step.pos_bound / ratio;
+      uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
       int32_t* sel = grow(s.sel, n * c.index_topk);
       int32_t* cnt = grow(s.sel_count, n);
-      decode_index_topk(iq, iw, n, step.pos, caches, ratio, HI, dh, step.pos_bound / ratio, scores, stride,
-                        c.index_topk, sel, cnt, stream_);
+      decode_index(attn_path_, iq, iw, n, step.pos, caches, ratio, HI, dh, max_visible, c.index_topk, sel, cnt, iws,
+                   stream_);
       a.selected = sel;
       a.sel_count = cnt;
       a.sel_stride = c.index_topk;
@@ -316,8 +325,13 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   a.win = win;
   a.ratio = ratio;
   a.out = attn;
-  decode_sparse_attention(a, n, step.pos, caches, stream_);
-  decode_ring_update(kv, n, step.pos, caches, win, static_cast<int>(d), stream_);
+  // Split-K bounds from max_len (not this step's positions) and the padded graph size, so
+  // eager decode and graph replay run the same plan.
+  const int64_t split_rows = attn_split_rows(n);
+  const int64_t max_extra = ratio == 0 ? 0 : a.selected != nullptr ? a.sel_stride : max_len_ / ratio;
+  uint8_t* aws =
+      grow(s.attn_ws, static_cast<int64_t>(decode_attend_workspace_bytes(attn_path_, split_rows, a.H, num_sms_)));
+  decode_attend(attn_path_, a, n, split_rows, max_extra, num_sms_, step.pos, caches, aws, stream_);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
   rope_at(attn, n * H, H, true);
   output_projection(w, attn, n, qa, sa, out);

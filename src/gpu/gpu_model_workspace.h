@@ -31,6 +31,7 @@ struct GpuModel::Workspace {
   DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;
   DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;
   DeviceBuffer<uint8_t> decode_in;  // decode step inputs: cache table, positions, token ids
+  DeviceBuffer<uint8_t> index_ws, attn_ws;  // decode_index / decode_attend workspaces
 };
 
 // Device view of one decode step's inputs (Workspace::decode_in), rows = batch incl. padding.

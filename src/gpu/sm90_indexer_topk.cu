@@ -1,4 +1,7 @@
-// Lightning indexer scores + top-512 selection for sm_90a (spec §4.6), see sm90_indexer_topk.h.
+// Lightning indexer scores + top-k selection for sm_90a (spec §4.6), see sm90_indexer_topk.h.
+// Fewer than 64 heads: the q tile is zero-padded to the next 16 heads and only those 16-head
+// MMA tiles run; the head sum covers the real heads only. k < 512: the same selection with the
+// threshold at the k-th key (the 512-slot sort is unchanged; empty slots sort last).
 //
 // Design. Kernel 1 (scores): grid (ceil(max_visible/256), rows), 256 threads; each warp owns 32
 // keys. The row's q (64 × 128 bf16) is staged in smem once per CTA; the warp cp.asyncs its
@@ -9,8 +12,8 @@
 // order (the CPU's fp32 order), rounds to bf16 and stores an order-preserving 16-bit key. The
 // CTA also adds a 256-bin histogram of the keys' high bytes into a per-row global histogram.
 // Kernel 2 (select): one CTA of 1024 threads per row. From the high-byte histogram it finds the
-// bin holding the 512th largest key, a second pass histograms the low bytes inside that bin,
-// giving the exact threshold key T and the number of ties at T to take. A third pass, in id
+// bin holding the k-th largest key (a block scan over the 256 bins, threshold_bin), a second
+// pass histograms the low bytes inside that bin, giving the exact threshold key T and the number of ties at T to take. A third pass, in id
 // order (thread i owns the i-th contiguous id range), takes every key > T and the lowest-id
 // ties (block-wide exclusive scan of per-thread tie counts), then a bitonic sort orders the
 // 512 picks by (score desc, id asc) = cpu::select_topk.
@@ -43,33 +46,64 @@ size_t keys_bytes(int rows, int max_visible) {
   return (size_t(rows) * size_t(indexer_score_stride(max_visible)) * 2 + 255) / 256 * 256;
 }
 
+__device__ __forceinline__ int row_visible(const IndexerArgs& a, int r) {
+  return a.visible != nullptr ? a.visible[r] : (a.pos[r] + 1) / a.ratio;
+}
+
 __global__ void __launch_bounds__(kScoreThreads)
     score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
                  uint32_t* __restrict__ hist_out) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
   const int r = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int visible = a.visible[r];
+  const int visible = row_visible(a, r);
   const int w0 = blockIdx.x * kKeysPerCta;
   if (w0 >= visible) return;
-  const __nv_bfloat16* q = a.q + int64_t(r) * kIndexHeads * kIndexDim;
-  for (int i = tid; i < kIndexHeads * kIndexDim / 8; i += kScoreThreads) {
+  const int HI = a.heads, head_pairs = (HI + 15) >> 4;  // 16-head MMA tiles that run
+  const int64_t q_off = int64_t(r) * HI * kIndexDim;
+  for (int i = tid; i < head_pairs * 16 * kIndexDim / 8; i += kScoreThreads) {
     const int h = i / (kIndexDim / 8), c = i % (kIndexDim / 8);
-    cp_async16(sm.q + h * kRowS + c * 8, q + h * kIndexDim + c * 8);  // committed with keys
+    __nv_bfloat16* dst = sm.q + h * kRowS + c * 8;
+    if (h >= HI) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    } else if (a.q_f32 == nullptr) {
+      cp_async16(dst, a.q + q_off + h * kIndexDim + c * 8);  // committed with keys
+    } else {
+      const float4* src = reinterpret_cast<const float4*>(a.q_f32 + q_off + h * kIndexDim + c * 8);
+      const float4 x = src[0], y = src[1];
+      *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w),
+                                                  pack_bf16x2(y.x, y.y), pack_bf16x2(y.z, y.w));
+    }
   }
-  if (tid < kIndexHeads) sm.w[tid] = a.weights[int64_t(r) * kIndexHeads + tid];
+  if (tid < HI) sm.w[tid] = a.weights[int64_t(r) * HI + tid];
   sm.hist[tid] = 0;
-  // The warp's 32 keys: 32 × 16 pieces of 16 B.
+  // The warp's 32 keys: 32 × 16 pieces of 16 B (bf16).
   const int wk0 = w0 + warp * kKeysPerWarp;
-  const __nv_bfloat16* kbase = a.keys + (a.key_base[r] + wk0) * kIndexDim;
   __nv_bfloat16* kw = sm.k + warp * kKeysPerWarp * kRowS;
+  if (a.caches == nullptr) {
+    const __nv_bfloat16* kbase = a.keys + (a.key_base[r] + wk0) * kIndexDim;
 #pragma unroll
-  for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
-    const int key = i >> 4, c = i & 15;
-    if (wk0 + key < visible)
-      cp_async16(kw + key * kRowS + c * 8, kbase + key * kIndexDim + c * 8);
-    else
-      *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = make_uint4(0, 0, 0, 0);
+    for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
+      const int key = i >> 4, c = i & 15;
+      if (wk0 + key < visible)
+        cp_async16(kw + key * kRowS + c * 8, kbase + key * kIndexDim + c * 8);
+      else
+        *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = make_uint4(0, 0, 0, 0);
+    }
+  } else {
+    const float* kbase = a.caches[r].index.keys + int64_t(wk0) * kIndexDim;
+#pragma unroll 4
+    for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
+      const int key = i >> 4, c = i & 15;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (wk0 + key < visible) {
+        const float4* src = reinterpret_cast<const float4*>(kbase + key * kIndexDim + c * 8);
+        const float4 x = __ldg(src), y = __ldg(src + 1);
+        v = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w), pack_bf16x2(y.x, y.y),
+                       pack_bf16x2(y.z, y.w));
+      }
+      *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = v;
+    }
   }
   cp_async_commit();
   cp_async_wait_all();
@@ -84,6 +118,7 @@ __global__ void __launch_bounds__(kScoreThreads)
       ldmatrix_x4(af[mt], kw + (mt * 16 + (lane & 15)) * kRowS + k0 + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
+      if (np >= head_pairs) break;
       uint32_t bf[4];
       ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
                           ((lane >> 3) & 1) * 8);
@@ -104,12 +139,13 @@ __global__ void __launch_bounds__(kScoreThreads)
       for (int i = 0; i < 4; ++i) {
         const int key = mt * 16 + (lane >> 2) + (i >> 1) * 8;
         const int h = nt * 8 + (lane & 3) * 2 + (i & 1);
+        if (h >= HI) continue;
         const float s = fmaxf(round_bf16(acc[mt][nt][i]), 0.0f);
         terms[key * kVS + h] = round_bf16(s * sm.w[h]);
       }
   __syncwarp();
   float total = 0.0f;
-  for (int h = 0; h < kIndexHeads; ++h) total += terms[lane * kVS + h];
+  for (int h = 0; h < HI; ++h) total += terms[lane * kVS + h];
   const int w = wk0 + lane;
   if (w < visible) {
     const uint16_t key = score_key(uint16_t(__float_as_uint(round_bf16(total)) >> 16));
@@ -118,6 +154,38 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
   __syncthreads();
   if (sm.hist[tid] != 0) atomicAdd(&hist_out[r * 256 + tid], sm.hist[tid]);
+}
+
+// The bin holding the K-th largest key: the largest b with above0 + Σ_{b' ≥ b} cnt[b'] ≥ K
+// (else 0), and *s_above = above0 + Σ_{b' > b} cnt[b'] — what the serial descending scan
+// `for (b = 255; b > 0 && above + cnt[b] < K; --b) above += cnt[b]` finds, computed by threads
+// 0..255 with a block scan (one parallel read of the counts instead of a dependent chain).
+// Every thread of the block calls it (barriers); above0 < K.
+__device__ void threshold_bin(const uint32_t* cnt, int above0, int K, int* scan, int* s_bin,
+                              int* s_above) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int b = 255 - tid;  // thread tid: bin 255 − tid (descending bins = ascending threads)
+  int v = 0, incl = 0;
+  if (tid < 256) {
+    v = int(cnt[b]);
+    incl = v;
+    for (int off = 1; off < 32; off <<= 1) {
+      const int u = __shfl_up_sync(~0u, incl, off);
+      if (lane >= off) incl += u;
+    }
+    if (lane == 31) scan[warp] = incl;
+  }
+  __syncthreads();
+  if (tid < 256) {
+    for (int i = 0; i < warp; ++i) incl += scan[i];
+    const int excl = incl - v;  // Σ bins > b
+    const bool here = above0 + incl >= K, before = above0 + excl >= K;  // before: bin b+1's test
+    if ((here && !before) || (b == 0 && !before)) {
+      *s_bin = b;
+      *s_above = above0 + excl;
+    }
+  }
+  __syncthreads();
 }
 
 __device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
@@ -132,26 +200,19 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ int warp_tot[kSelectThreads / 32];
   __shared__ int s_nsel, s_thresh, s_need;
   const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int visible = a.visible[r];
+  const int visible = row_visible(a, r), K = a.k;
   const uint16_t* keys = keys_in + int64_t(r) * indexer_score_stride(a.max_visible);
-  const int take = visible < kIndexTopk ? visible : kIndexTopk;
+  const int take = visible < K ? visible : K;
   for (int i = tid; i < kIndexTopk; i += kSelectThreads) sel[i] = 0;
   if (tid < 256) hist2[tid] = 0;
   if (tid == 0) s_nsel = 0;
   __syncthreads();
-  if (visible <= kIndexTopk) {
+  if (visible <= K) {
     for (int w = tid; w < visible; w += kSelectThreads) sel[w] = composite(keys[w], w);
   } else {
     // Threshold bin of the high byte, then of the low byte inside it.
-    __shared__ int s_b1, s_above;
-    if (tid == 0) {
-      const uint32_t* h = hist_in + r * 256;
-      int above = 0, b = 255;
-      for (; b > 0 && above + int(h[b]) < kIndexTopk; --b) above += int(h[b]);
-      s_b1 = b;
-      s_above = above;
-    }
-    __syncthreads();
+    __shared__ int s_b1, s_above, scan[8];
+    threshold_bin(hist_in + r * 256, 0, K, scan, &s_b1, &s_above);
     const int b1 = s_b1;
     // Thread tid owns ids [c0, c1) (multiples of 8: 16-byte loads, id order across threads).
     const int per = (visible + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
@@ -171,11 +232,11 @@ __global__ void __launch_bounds__(kSelectThreads)
       if ((k >> 8) == b1) atomicAdd(&hist2[k & 255], 1u);
     });
     __syncthreads();
+    __shared__ int s_b2, s_above2;
+    threshold_bin(hist2, s_above, K, scan, &s_b2, &s_above2);
     if (tid == 0) {
-      int above = s_above, b = 255;
-      for (; b > 0 && above + int(hist2[b]) < kIndexTopk; --b) above += int(hist2[b]);
-      s_thresh = (b1 << 8) | b;
-      s_need = kIndexTopk - above;  // ties at the threshold to take, lowest ids first
+      s_thresh = (b1 << 8) | s_b2;
+      s_need = K - s_above2;  // ties at the threshold to take, lowest ids first
     }
     __syncthreads();
     const int thresh = s_thresh, need = s_need;
@@ -218,8 +279,8 @@ __global__ void __launch_bounds__(kSelectThreads)
       __syncthreads();
     }
   }
-  for (int i = tid; i < kIndexTopk; i += kSelectThreads)
-    a.topk[int64_t(r) * kIndexTopk + i] =
+  for (int i = tid; i < K; i += kSelectThreads)
+    a.topk[int64_t(r) * K + i] =
         i < take ? int32_t(0xffffffffu - uint32_t(sel[i] & 0xffffffffu)) : -1;
   if (tid == 0) a.count[r] = take;
 }
@@ -233,6 +294,12 @@ size_t indexer_workspace_bytes(int rows, int max_visible) {
 void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   if (a.rows == 0) return;
   DSV4_CHECK(a.rows <= 65535, "too many indexer rows: ", a.rows);
+  DSV4_CHECK(a.heads >= 8 && a.heads <= kIndexHeads && a.heads % 8 == 0, "indexer: ", a.heads,
+             " heads (8..64, multiple of 8)");
+  DSV4_CHECK(a.k >= 1 && a.k <= kIndexTopk, "indexer: top-", a.k, " (1..", kIndexTopk, ")");
+  DSV4_CHECK((a.q != nullptr) != (a.q_f32 != nullptr), "indexer: exactly one of q / q_f32");
+  DSV4_CHECK(a.visible != nullptr || (a.pos != nullptr && a.ratio > 0), "indexer: no visible counts");
+  DSV4_CHECK(a.caches != nullptr || (a.keys != nullptr && a.key_base != nullptr), "indexer: no keys");
   uint16_t* keys = static_cast<uint16_t*>(workspace);
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
                                                keys_bytes(a.rows, a.max_visible));

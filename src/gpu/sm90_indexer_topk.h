@@ -1,11 +1,16 @@
 // Lightning indexer decode for CSA layers on sm_90a (spec §4.6, §5.4): bf16 index scores against
-// every visible indexer key, fused with the top-512 selection on the GPU (no host sync).
+// every visible indexer key, fused with the top-k (k ≤ 512) selection on the GPU (no host sync;
+// CUDA-graph capturable: no allocation, workspace from the caller).
 //
-// Row r (one query position of one sequence) reads q[r] (64 heads × 128 bf16, rotated and
-// FP4-simulated), weights[r] (64 bf16-valued floats, pre-scaled by 128^-0.5·64^-0.5) and keys
-// key_base[r] + [0, visible[r]) of the key pool (bf16 [entries, 128]; FP4-simulated values are
-// exact in bf16). Score(w) = bf16(Σ_h bf16(ω_h · relu(bf16(q_h·K_w)))) with the head sum in fp32
-// in head order, as cpu::index_scores. Selection = cpu::select_topk: the top min(k, visible)
+// Row r (one query position of one sequence) reads q[r] (`heads` ≤ 64 heads, a multiple of 8,
+// × 128 bf16, rotated and FP4-simulated; or the same values as fp32), weights[r] (heads
+// bf16-valued floats, pre-scaled by 128^-0.5·heads^-0.5) and keys [0, visible[r]) of the row's
+// key pool: keys + key_base[r]·128 (bf16 [entries, 128]; FP4-simulated values are exact in bf16),
+// or, for GpuModel's batched decode, caches[r].index.keys (fp32 holding those values, converted
+// on load) with visible = (pos[r] + 1) / ratio. Score(w) = bf16(Σ_h bf16(ω_h ·
+// relu(bf16(q_h·K_w)))) with the head sum in fp32 in head order, as cpu::index_scores (the dot
+// itself is an fp32 tensor-core sum, exact for FP4-simulated operands in practice).
+// Selection = cpu::select_topk: the top min(k, visible)
 // ids by descending score, exact ties → lower id, written in that order; the rest of the k
 // slots are −1. (−0 and +0 compare equal, as float comparison does.)
 // Thread-safety: stateless; the caller owns every buffer.
@@ -17,22 +22,30 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/decode_ops.h"
+
 namespace dsv4::gpu::sm90 {
 
-constexpr int kIndexHeads = 64;
+constexpr int kIndexHeads = 64;  // most index heads
 constexpr int kIndexDim = 128;
-constexpr int kIndexTopk = 512;
+constexpr int kIndexTopk = 512;  // largest k
 
 struct IndexerArgs {
-  const __nv_bfloat16* q = nullptr;  // [rows, 64, 128]
-  const float* weights = nullptr;    // [rows, 64]
-  const __nv_bfloat16* keys = nullptr;  // key pool [*, 128]
+  const __nv_bfloat16* q = nullptr;  // [rows, heads, 128] (or q_f32)
+  const float* q_f32 = nullptr;      // [rows, heads, 128] fp32 holding bf16 values
+  int heads = kIndexHeads;           // 8..64, multiple of 8
+  const float* weights = nullptr;    // [rows, heads]
+  const __nv_bfloat16* keys = nullptr;  // key pool [*, 128] (without caches)
   const int64_t* key_base = nullptr;    // [rows] first key entry of the row's sequence
-  const int32_t* visible = nullptr;     // [rows] visible entries (floor((t+1)/4))
+  const int32_t* visible = nullptr;     // [rows] visible entries (floor((t+1)/4)), or nullptr:
+  const int32_t* pos = nullptr;         //   (pos[r] + 1) / ratio
+  int ratio = 0;
+  const DecodeLayerCache* caches = nullptr;  // [rows]: fp32 keys caches[r].index.keys instead
   int rows = 0;
   int max_visible = 0;  // host upper bound of visible[] (grid size, scratch stride)
-  int32_t* topk = nullptr;   // [rows, 512] selected ids, −1 padded
-  int32_t* count = nullptr;  // [rows] min(512, visible)
+  int k = kIndexTopk;   // 1..512
+  int32_t* topk = nullptr;   // [rows, k] selected ids, −1 padded
+  int32_t* count = nullptr;  // [rows] min(k, visible)
   bool scores_only = false;  // benchmarks: skip the selection kernel
 };
 

@@ -1,8 +1,10 @@
 // Split-K tensor-core sparse decode attention for sm_90a (spec §4.4, §5.4) over the 584-byte
 // FP8 KV pool (§5.3), plus the cache-insert quantizer.
 //
-// Design. Grid = rows × splits; CTA (r, s) owns candidates [s·chunk, (s+1)·chunk) of row r's
-// list (main part then extra part) and all 64 heads, so every KV entry is gathered and
+// Design. Grid = rows × splits; CTA (r, s) owns candidates [s·chunk_r, (s+1)·chunk_r) of row
+// r's list (main part then extra part; chunk_r from the row's own length, see SparseDecodePlan)
+// and all the row's heads (≤ 64; head tiles of 16 past `heads` are skipped, padded heads
+// inside the last tile have zero queries and are never written), so every KV entry is gathered and
 // dequantized once for the 64 heads. 512 threads (16 warps), one CTA per SM (≈ 196 KB smem):
 //   Qs  [64 heads][520] bf16  the row's queries (loaded once per CTA)
 //   Ks  [64 cands][520] bf16  dequantized K = V tile
@@ -21,6 +23,7 @@
 // candidates regroup the online softmax, and tensor-core fp32 accumulation reorders sums, so
 // outputs differ from cpu::sparse_attention_head at bf16-rounding level (tested tolerance in
 // sparse_decode_test.cu). The dequantized K values themselves are exact.
+#include <algorithm>
 #include <cfloat>
 
 #include "base/check.h"
@@ -39,6 +42,7 @@ constexpr int kQS = kHeadDim + 8;  // bf16 row stride of Qs / Ks (1040 B: confli
 constexpr int kSS = kTile + 4;     // fp32 row stride of Ss
 constexpr int kPS = kTile + 8;     // bf16 row stride of Ps
 constexpr int kChunks = kEntryData / 16;  // 36 16-byte pieces per entry
+constexpr int kMaxSplits = 256;           // merge_kernel's weight table
 
 struct Smem {
   __nv_bfloat16 q[kHeads * kQS];
@@ -53,33 +57,60 @@ struct Smem {
   uint8_t valid[kTile];  // current tile (src_* already describe the prefetched one)
 };
 
+// The row's list: lengths and pool bases (per-row buffers in decode mode).
+struct RowList {
+  int main_len, total, first;
+  const uint8_t* main_base;
+  const uint8_t* extra_base;
+};
+
+__device__ __forceinline__ RowList row_list(const SparseDecodeArgs& a, int r) {
+  RowList l;
+  const int pos = a.pos != nullptr ? a.pos[r] : 0;
+  l.main_len = a.main_idx != nullptr ? a.main_len[r] : min(pos + 1, a.win);
+  l.first = max(0, pos - a.win + 1);
+  int extra = 0;
+  if (a.extra_idx != nullptr)
+    extra = a.extra_len[r];
+  else if (a.extra_ratio > 0)
+    extra = (pos + 1) / a.extra_ratio;
+  l.total = l.main_len + extra;
+  l.main_base = a.caches != nullptr ? a.caches[r].window : a.main_pool.base;
+  l.extra_base = a.caches != nullptr ? a.caches[r].comp.cache : a.extra_pool.base;
+  return l;
+}
+
 // Resolves list position j of row r to the entry's data/scale addresses (nullptr: invalid).
-__device__ __forceinline__ void resolve(const SparseDecodeArgs& a, int r, int j, int main_len,
-                                        int total, const uint8_t*& data, const uint8_t*& sc) {
+__device__ __forceinline__ void resolve(const SparseDecodeArgs& a, const RowList& rl, int r, int j,
+                                        const uint8_t*& data, const uint8_t*& sc) {
   data = nullptr;
   sc = nullptr;
-  if (j >= total) return;
+  if (j >= rl.total) return;
   const KvPool* pool;
+  const uint8_t* base;
   int32_t id;
-  if (j < main_len) {
+  if (j < rl.main_len) {
     pool = &a.main_pool;
-    id = a.main_idx[int64_t(r) * a.main_stride + j];
+    base = rl.main_base;
+    id = a.main_idx != nullptr ? a.main_idx[int64_t(r) * a.main_stride + j] : (rl.first + j) % a.win;
   } else {
     pool = &a.extra_pool;
-    id = a.extra_idx[int64_t(r) * a.extra_stride + (j - main_len)];
+    base = rl.extra_base;
+    const int c = j - rl.main_len;
+    id = a.extra_idx != nullptr ? a.extra_idx[int64_t(r) * a.extra_stride + c] : c;
   }
   if (id < 0) return;
-  data = pool->base + kv_data_offset(*pool, id);
-  sc = pool->base + kv_scale_offset(*pool, id);
+  data = base + kv_data_offset(*pool, id);
+  sc = base + kv_scale_offset(*pool, id);
 }
 
 // Resolves tile candidates [j0, j0+64) (threads < 64), then issues their cp.async copies.
-__device__ void gather_tile(Smem& sm, const SparseDecodeArgs& a, int r, int j0, int count,
-                            int main_len, int total) {
+__device__ void gather_tile(Smem& sm, const SparseDecodeArgs& a, const RowList& rl, int r, int j0,
+                            int count) {
   const int t = threadIdx.x;
   if (t < kTile) {
     const uint8_t *d, *s;
-    resolve(a, r, t < count ? j0 + t : total, main_len, total, d, s);
+    resolve(a, rl, r, t < count ? j0 + t : rl.total, d, s);
     sm.src_data[t] = d;
     sm.src_scale[t] = s;
   }
@@ -122,35 +153,71 @@ __device__ void dequant_tile(Smem& sm, int count) {
   }
 }
 
+// Candidates of split `split` of a row with `total` candidates (SparseDecodePlan).
+__device__ __forceinline__ int row_chunk(int total, int splits, int min_chunk) {
+  int chunk = ((total + splits - 1) / splits + 15) & ~15;
+  if (chunk > kTile) chunk = (chunk + kTile - 1) & ~(kTile - 1);
+  return max(chunk, min_chunk);
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
-    sparse_decode_kernel(const __grid_constant__ SparseDecodeArgs a, int chunk, int splits,
+    sparse_decode_kernel(const __grid_constant__ SparseDecodeArgs a, int splits, int min_chunk,
                          float* __restrict__ ws) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int r = blockIdx.x / splits, split = blockIdx.x % splits;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int main_len = a.main_len[r];
-  const int total = main_len + (a.extra_idx != nullptr ? a.extra_len[r] : 0);
+  const int H = a.heads, head_tiles = (H + 15) >> 4;
+  const RowList rl = row_list(a, r);
+  const int chunk = row_chunk(rl.total, splits, min_chunk);
   const int begin = split * chunk;
-  const int end = min(total, begin + chunk);
+  const int end = min(rl.total, begin + chunk);
+  // ws: [rows·splits][H] × (m, l) then [rows·splits][H][512] partial O.
+  const int64_t unit = int64_t(r) * splits + split;
+  float* ml = ws + unit * H * 2;
+  if (begin >= end && splits > 1) {  // nothing here: an empty partial (the merge skips it)
+    for (int h = tid; h < H; h += kThreads) {
+      ml[h * 2] = -INFINITY;
+      ml[h * 2 + 1] = 0.0f;
+    }
+    return;
+  }
 
-  // Q → smem (64 × 512 bf16 = 4096 16-byte pieces).
-  const __nv_bfloat16* q = a.q + int64_t(r) * kHeads * kHeadDim;
-  for (int i = tid; i < kHeads * kHeadDim / 8; i += kThreads) {  // all in flight at once
+  const int mt = warp & 3, grp = warp >> 2;
+  const bool head_tile = mt < head_tiles;  // this warp's 16 heads hold real heads
+  float o[16][4];
+#pragma unroll
+  for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  if (begin < end) gather_tile(sm, a, rl, r, begin, min(kTile, end - begin));
+  // Q → smem (heads × 512 bf16; rows up to the 16-head tile boundary zero-padded), issued
+  // after the first tile's gather so both are in flight together.
+  const int64_t q_off = int64_t(r) * H * kHeadDim;
+  if (a.q_f32 == nullptr) {
+    for (int i = tid; i < H * kHeadDim / 8; i += kThreads) {  // all in flight at once
+      const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+      cp_async16(sm.q + h * kQS + c * 8, a.q + q_off + h * kHeadDim + c * 8);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = tid; i < H * kHeadDim / 8; i += kThreads) {
+      const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+      const float4* src = reinterpret_cast<const float4*>(a.q_f32 + q_off + h * kHeadDim + c * 8);
+      const float4 x = src[0], y = src[1];
+      *reinterpret_cast<uint4*>(sm.q + h * kQS + c * 8) =
+          make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w), pack_bf16x2(y.x, y.y),
+                     pack_bf16x2(y.z, y.w));
+    }
+  }
+  for (int i = H * kHeadDim / 8 + tid; i < head_tiles * 16 * kHeadDim / 8; i += kThreads) {
     const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
-    cp_async16(sm.q + h * kQS + c * 8, q + h * kHeadDim + c * 8);
+    *reinterpret_cast<uint4*>(sm.q + h * kQS + c * 8) = make_uint4(0, 0, 0, 0);
   }
   cp_async_commit();  // waited for with the first tile
   if (tid < kHeads) {
     sm.m[tid] = -INFINITY;
     sm.l[tid] = 0.0f;
   }
-  const int mt = warp & 3, grp = warp >> 2;
-  float o[16][4];
-#pragma unroll
-  for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-
-  if (begin < end) gather_tile(sm, a, r, begin, min(kTile, end - begin), main_len, total);
   for (int j0 = begin; j0 < end; j0 += kTile) {
     const int count = min(kTile, end - j0);
     cp_async_wait_all();
@@ -158,10 +225,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     dequant_tile(sm, count);
     __syncthreads();
     if (j0 + kTile < end)  // prefetch the next tile (raw and src_* are free now)
-      gather_tile(sm, a, r, j0 + kTile, min(kTile, end - j0 - kTile), main_len, total);
+      gather_tile(sm, a, rl, r, j0 + kTile, min(kTile, end - j0 - kTile));
 
     // S = Q·Kᵀ: warp (mt, grp) → heads 16mt.., cands 16grp..; two k-halves for ILP.
-    if (grp * 16 < count) {
+    if (head_tile && grp * 16 < count) {
       float acc[2][2][4] = {};
       const __nv_bfloat16* qa = sm.q + (mt * 16 + (lane & 15)) * kQS + (lane >> 4) * 8;
       const __nv_bfloat16* kb =
@@ -223,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     // O = α·O + P·V: warp (mt, grp) → heads 16mt.., dims 128grp..
-    {
+    if (head_tile) {
       const float a0 = sm.alpha[mt * 16 + (lane >> 2)], a1 = sm.alpha[mt * 16 + (lane >> 2) + 8];
 #pragma unroll
       for (int n = 0; n < 16; ++n) {
@@ -254,59 +321,83 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: rows lane/4 and lane/4+8 of head tile mt, dims grp·128 + 8n + 2(lane%4).
   const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
   if (splits == 1) {
+    if (!head_tile) return;
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int h = i ? h1 : h0;
       const float m = sm.m[h];
-      inv[i] = m == -INFINITY ? 0.0f : 1.0f / (sm.l[h] + __expf(a.sink[h] - m));
+      inv[i] = h >= H || m == -INFINITY ? 0.0f : 1.0f / (sm.l[h] + __expf(a.sink[h] - m));
     }
-    __nv_bfloat16* out = a.out + int64_t(r) * kHeads * kHeadDim;
 #pragma unroll
     for (int n = 0; n < 16; ++n) {
       const int d = grp * 128 + n * 8 + (lane & 3) * 2;
-      *reinterpret_cast<__nv_bfloat162*>(out + h0 * kHeadDim + d) =
-          __floats2bfloat162_rn(o[n][0] * inv[0], o[n][1] * inv[0]);
-      *reinterpret_cast<__nv_bfloat162*>(out + h1 * kHeadDim + d) =
-          __floats2bfloat162_rn(o[n][2] * inv[1], o[n][3] * inv[1]);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int h = i ? h1 : h0;
+        if (h >= H) continue;
+        const __nv_bfloat162 v = __floats2bfloat162_rn(o[n][2 * i] * inv[i], o[n][2 * i + 1] * inv[i]);
+        const int64_t at = q_off + h * kHeadDim + d;
+        if (a.out_f32 != nullptr)
+          *reinterpret_cast<float2*>(a.out_f32 + at) = __bfloat1622float2(v);
+        else
+          *reinterpret_cast<__nv_bfloat162*>(a.out + at) = v;
+      }
     }
   } else {
-    // ws: [rows·splits][64 heads] × (m, l) then [rows·splits][64][512] partial O.
-    const int64_t unit = int64_t(r) * splits + split;
-    float* ml = ws + unit * kHeads * 2;
-    float* po = ws + int64_t(a.rows) * splits * kHeads * 2 + unit * kHeads * kHeadDim;
-    if (tid < kHeads) {
+    float* po = ws + int64_t(a.rows) * splits * H * 2 + unit * H * kHeadDim;
+    if (tid < H) {
       ml[tid * 2] = sm.m[tid];
       ml[tid * 2 + 1] = sm.l[tid];
     }
+    if (!head_tile) return;
 #pragma unroll
     for (int n = 0; n < 16; ++n) {
       const int d = grp * 128 + n * 8 + (lane & 3) * 2;
-      *reinterpret_cast<float2*>(po + h0 * kHeadDim + d) = make_float2(o[n][0], o[n][1]);
-      *reinterpret_cast<float2*>(po + h1 * kHeadDim + d) = make_float2(o[n][2], o[n][3]);
+      if (h0 < H) *reinterpret_cast<float2*>(po + h0 * kHeadDim + d) = make_float2(o[n][0], o[n][1]);
+      if (h1 < H) *reinterpret_cast<float2*>(po + h1 * kHeadDim + d) = make_float2(o[n][2], o[n][3]);
     }
   }
 }
 
-// Merge: one CTA of 128 threads per (row, head); thread i owns dims 4i..4i+3.
+// Merge: one CTA of 128 threads per (row, head); thread i owns dims 4i..4i+3. The splits' m
+// and l are read in parallel (threads stride over splits) and reduced in a fixed order, the
+// weights e^(m_s − M) staged in smem, then the partials accumulated with several loads in
+// flight (a dependent chain of one L2 round trip per split was the serial part).
 __global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ SparseDecodeArgs a,
                                                     int splits, const float* __restrict__ ws) {
-  const int r = blockIdx.x / kHeads, h = blockIdx.x % kHeads;
-  const float* ml = ws + int64_t(r) * splits * kHeads * 2;
-  const float* po = ws + int64_t(a.rows) * splits * kHeads * 2 +
-                    int64_t(r) * splits * kHeads * kHeadDim + h * kHeadDim;
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float red[4];
+  const int H = a.heads, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int r = blockIdx.x / H, h = blockIdx.x % H;
+  const float* ml = ws + int64_t(r) * splits * H * 2;
+  const float* po = ws + int64_t(a.rows) * splits * H * 2 + int64_t(r) * splits * H * kHeadDim +
+                    h * kHeadDim;
   float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, ml[(s * kHeads + h) * 2]);
-  float4 acc = make_float4(0, 0, 0, 0);
+  for (int s = tid; s < splits; s += 128) big = fmaxf(big, ml[(s * H + h) * 2]);
+  for (int off = 16; off > 0; off >>= 1) big = fmaxf(big, __shfl_xor_sync(~0u, big, off));
+  if (lane == 0) red[warp] = big;
+  __syncthreads();
+  big = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+  __syncthreads();  // red is reused below
   float l = 0.0f;
-  if (big != -INFINITY) {
-    for (int s = 0; s < splits; ++s) {
-      const float m = ml[(s * kHeads + h) * 2];
-      if (m == -INFINITY) continue;
-      const float w = __expf(m - big);
-      l += w * ml[(s * kHeads + h) * 2 + 1];
-      const float4 v = *reinterpret_cast<const float4*>(po + int64_t(s) * kHeads * kHeadDim +
-                                                        threadIdx.x * 4);
+  for (int s = tid; s < splits; s += 128) {
+    const float m = ml[(s * H + h) * 2];
+    const float w = m == -INFINITY ? 0.0f : __expf(m - big);
+    w_s[s] = w;
+    l += w * ml[(s * H + h) * 2 + 1];
+  }
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(~0u, l, off);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  l = (red[0] + red[1]) + (red[2] + red[3]);
+  float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) {
+    const float w = w_s[s];
+    if (w != 0.0f) {  // empty splits wrote no partial
+      const float4 v =
+          *reinterpret_cast<const float4*>(po + int64_t(s) * H * kHeadDim + threadIdx.x * 4);
       acc.x += w * v.x;
       acc.y += w * v.y;
       acc.z += w * v.z;
@@ -314,9 +405,16 @@ __global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ Spar
     }
   }
   const float inv = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(a.sink[h] - big));
-  __nv_bfloat16* out = a.out + (int64_t(r) * kHeads + h) * kHeadDim + threadIdx.x * 4;
-  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  const int64_t at = (int64_t(r) * H + h) * kHeadDim + threadIdx.x * 4;
+  const __nv_bfloat162 v0 = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  const __nv_bfloat162 v1 = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (a.out_f32 != nullptr) {
+    const float2 f0 = __bfloat1622float2(v0), f1 = __bfloat1622float2(v1);
+    *reinterpret_cast<float4*>(a.out_f32 + at) = make_float4(f0.x, f0.y, f1.x, f1.y);
+  } else {
+    reinterpret_cast<__nv_bfloat162*>(a.out + at)[0] = v0;
+    reinterpret_cast<__nv_bfloat162*>(a.out + at)[1] = v1;
+  }
 }
 
 // Cache insert: one warp per entry (the shared FP8 encoder, kv_fp8.cuh).
@@ -331,37 +429,51 @@ __global__ void insert_kernel(const float* __restrict__ kv, const int32_t* __res
 }  // namespace
 
 SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int num_sms,
-                                    int min_chunk) {
+                                    int min_chunk, int heads, int split_rows) {
   DSV4_CHECK(rows > 0 && min_chunk > 0 && min_chunk % 16 == 0, "bad plan inputs: rows ", rows,
              " min_chunk ", min_chunk);
+  DSV4_CHECK(heads >= 1 && heads <= kHeads, "sparse decode: ", heads, " heads (1..", kHeads, ")");
+  if (split_rows < rows) split_rows = rows;
   SparseDecodePlan p;
   p.rows = rows;
+  p.heads = heads;
+  p.min_chunk = min_chunk;
   p.max_cands = max_main + max_extra;
-  const int64_t want = (int64_t(p.max_cands) * rows + num_sms - 1) / num_sms;
-  int chunk = int((want + 15) / 16 * 16);
-  if (chunk > 64) chunk = (chunk + 63) / 64 * 64;  // whole tiles once a CTA holds several
-  p.chunk = chunk < min_chunk ? min_chunk : chunk;
-  p.splits = p.max_cands == 0 ? 1 : (p.max_cands + p.chunk - 1) / p.chunk;
+  const int by_len = std::max(1, (p.max_cands + min_chunk - 1) / min_chunk);
+  const int by_sms = std::max(1, (num_sms + split_rows - 1) / split_rows);
+  p.splits = std::min({by_len, by_sms, kMaxSplits});
+  int chunk = ((p.max_cands + p.splits - 1) / p.splits + 15) / 16 * 16;
+  if (chunk > kTile) chunk = (chunk + kTile - 1) / kTile * kTile;
+  p.chunk = std::max(chunk, min_chunk);
   p.workspace_bytes =
-      p.splits == 1 ? 0 : size_t(rows) * p.splits * kHeads * (kHeadDim + 2) * sizeof(float);
+      p.splits == 1 ? 0 : size_t(rows) * p.splits * heads * (kHeadDim + 2) * sizeof(float);
   return p;
+}
+
+size_t sparse_decode_workspace_bound(int split_rows, int heads, int num_sms) {
+  return size_t(num_sms + split_rows) * heads * (kHeadDim + 2) * sizeof(float);
 }
 
 void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace,
                    cudaStream_t stream) {
   if (a.rows == 0) return;
-  DSV4_CHECK(a.rows == p.rows, "plan built for ", p.rows, " rows, called with ", a.rows);
+  DSV4_CHECK(a.rows == p.rows && a.heads == p.heads, "plan built for ", p.rows, " rows × ", p.heads,
+             " heads, called with ", a.rows, " × ", a.heads);
   DSV4_CHECK(p.splits == 1 || workspace != nullptr, "split-K needs a workspace");
+  DSV4_CHECK((a.q != nullptr) != (a.q_f32 != nullptr) && (a.out != nullptr) != (a.out_f32 != nullptr),
+             "sparse decode: exactly one of q / q_f32 and of out / out_f32");
+  DSV4_CHECK(a.main_idx != nullptr || (a.pos != nullptr && a.win > 0), "sparse decode: no main list");
+  DSV4_CHECK(a.extra_idx != nullptr || a.extra_ratio == 0 || a.pos != nullptr, "sparse decode: HCA list needs pos");
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)));
   });
   float* ws = static_cast<float*>(workspace);
   sparse_decode_kernel<<<unsigned(a.rows) * p.splits, kThreads, sizeof(Smem), stream>>>(
-      a, p.chunk, p.splits, ws);
+      a, p.splits, p.min_chunk, ws);
   CUDA_CHECK_LAUNCH();
   if (p.splits > 1) {
-    merge_kernel<<<unsigned(a.rows) * kHeads, 128, 0, stream>>>(a, p.splits, ws);
+    merge_kernel<<<unsigned(a.rows) * a.heads, 128, 0, stream>>>(a, p.splits, ws);
     CUDA_CHECK_LAUNCH();
   }
 }

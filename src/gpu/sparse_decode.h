@@ -8,11 +8,18 @@
 // floored at 1e-4 before /448). GpuModel's caches are such pools (kv_cache_pool()).
 //
 // Attention rows: one row = one query position of one sequence (several positions per sequence
-// are just several rows). Row r reads q[r] (64 heads × 512 bf16), then the candidate list
-// main_idx[r][0 .. main_len[r]) (entry ids in main_pool, the window ring) followed by
-// extra_idx[r][0 .. extra_len[r]) (entry ids in extra_pool: CSA top-k or all HCA entries);
-// −1 ids are skipped. Output bf16 [rows, 64, 512] = Σ softmax(q·k·scale, sink) · k (K = V).
-// Lengths are read on the device; the host only knows upper bounds (no host sync).
+// are just several rows). Row r reads q[r] (`heads` ≤ 64 heads × 512, padded to 16-head MMA
+// tiles whose extra rows are masked), then the candidate list main[r][0 .. main_len[r])
+// followed by extra[r][0 .. extra_len[r]); −1 ids are skipped. Output [rows, heads, 512] =
+// Σ softmax(q·k·scale, sink) · k (K = V), bf16-rounded.
+// Lists: explicit (main_idx / extra_idx: entry ids in main_pool / extra_pool) or, for
+// GpuModel's batched decode, implicit from the row's position pos[r]: main = the window ring,
+// min(pos+1, win) entries (first + j) % win with first = max(0, pos − win + 1) (ascending
+// positions); extra = the compressed entries 0 .. (pos+1)/extra_ratio (HCA) when extra_idx is
+// null and extra_ratio > 0. With `caches`, row r's pools are its own buffers
+// (caches[r].window, caches[r].comp.cache) in the main_pool / extra_pool page layout.
+// Lengths are read on the device; the host only knows upper bounds (no host sync; CUDA-graph
+// capturable: no allocation, workspace from the caller).
 // Thread-safety: the functions are stateless; the caller owns every buffer.
 #pragma once
 
@@ -22,11 +29,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/decode_ops.h"
 #include "gpu/kv_fp8.h"
 
 namespace dsv4::gpu::sm90 {
 
-constexpr int kHeads = 64;  // query heads per row (MQA: one KV head)
+constexpr int kHeads = 64;  // most query heads per row (MQA: one KV head)
 // The layout (kv_fp8.h) under this file's historical names.
 constexpr int kHeadDim = kKvDim;
 constexpr int kNopeDim = kKvNopeDim;
@@ -46,34 +54,53 @@ void kv_cache_insert(const float* kv, const int32_t* slots, int64_t n, const KvP
                      cudaStream_t stream);
 
 struct SparseDecodeArgs {
-  const __nv_bfloat16* q = nullptr;  // [rows, 64, 512]
+  const __nv_bfloat16* q = nullptr;  // [rows, heads, 512] (or q_f32)
+  const float* q_f32 = nullptr;      // [rows, heads, 512] fp32 holding bf16 values
+  int heads = kHeads;                // 1..64
   KvPool main_pool;
-  const int32_t* main_idx = nullptr;  // [rows, main_stride]
+  const int32_t* main_idx = nullptr;  // [rows, main_stride], or nullptr: ring window (pos, win)
   const int32_t* main_len = nullptr;  // [rows]
   int main_stride = 0;
-  KvPool extra_pool;                   // may be empty when extra_idx == nullptr
-  const int32_t* extra_idx = nullptr;  // [rows, extra_stride] or nullptr (window-only layer)
+  KvPool extra_pool;                   // may be empty when there is no extra list
+  const int32_t* extra_idx = nullptr;  // [rows, extra_stride] or nullptr (HCA / window-only)
   const int32_t* extra_len = nullptr;  // [rows]
   int extra_stride = 0;
-  const float* sink = nullptr;  // [64]
+  // Implicit lists and per-row buffers (GpuModel decode; see the file comment).
+  const int32_t* pos = nullptr;              // [rows] position of the row's query
+  int win = 0;                               // ring size (main_idx == nullptr)
+  int extra_ratio = 0;                       // > 0: HCA list (extra_idx == nullptr)
+  const DecodeLayerCache* caches = nullptr;  // [rows] per-row pool bases, or nullptr
+  const float* sink = nullptr;  // [heads]
   float scale = 0.044194173824159216f;  // 512^-0.5
-  __nv_bfloat16* out = nullptr;  // [rows, 64, 512]
+  __nv_bfloat16* out = nullptr;  // [rows, heads, 512] (or out_f32)
+  float* out_f32 = nullptr;      // [rows, heads, 512] fp32 holding bf16 values
   int rows = 0;
 };
 
 // Work split, built on the host from upper bounds only; reusable across layers of one step
-// with the same bounds. chunk: candidates per CTA (multiple of 16); splits: CTAs per row.
+// with the same bounds. splits: CTAs per row. Each row splits its own candidate count over
+// them on the device: chunk_r = max(min_chunk, round_up(ceil(total_r / splits), 16)), rounded
+// to whole 64-candidate tiles above 64; CTAs past the row's end only mark their partial empty.
+// The result of a row depends only on its inputs, `splits` and `min_chunk` — so a CUDA graph
+// of padded rows reproduces eager decode bit for bit when both plan with the same split_rows.
 struct SparseDecodePlan {
   int rows = 0;
+  int heads = kHeads;
   int max_cands = 0;  // max_main + max_extra
-  int chunk = 64;
+  int chunk = 64;     // chunk of a row with max_cands candidates (information)
+  int min_chunk = 16;
   int splits = 1;
   size_t workspace_bytes = 0;  // partial (m, l, acc) per (row, split, head) when splits > 1
 };
 
-// num_sms: SMs to fill (132 on H200). min_chunk: smallest split (multiple of 16).
+// num_sms: SMs to fill (132 on H200). min_chunk: smallest split (multiple of 16). split_rows
+// (≥ rows; 0 = rows): the row count the split count is chosen for: splits = min(ceil(max_cands /
+// min_chunk), ceil(num_sms / split_rows), 256).
 SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int num_sms,
-                                    int min_chunk = 16);
+                                    int min_chunk = 16, int heads = kHeads, int split_rows = 0);
+// Upper bound of plan_sparse_decode(rows' ≤ split_rows, ..., split_rows).workspace_bytes for
+// every row count and candidate bound: (num_sms + split_rows) partial units.
+size_t sparse_decode_workspace_bound(int split_rows, int heads, int num_sms);
 
 // Runs the split-K kernel and, when plan.splits > 1, the merge kernel. workspace: at least
 // plan.workspace_bytes of device memory.

@@ -119,7 +119,8 @@ double read_bandwidth(cudaStream_t s) {
 }
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
-                    int main_len, int extra_len, bool contiguous_extra, int min_chunk = 16) {
+                    int main_len, int extra_len, bool contiguous_extra, int min_chunk = 16,
+                    int heads = kHeads) {
   std::mt19937 rng(rows * 131 + extra_len);
   const int me = std::max(extra_len, 1);
   std::vector<int32_t> mi(size_t(kCopies) * rows * main_len), ei(size_t(kCopies) * rows * me, -1);
@@ -137,16 +138,17 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   d_ei.upload(ei);
   d_ml.upload(std::vector<int32_t>(rows, main_len));
   d_el.upload(std::vector<int32_t>(rows, extra_len));
-  DeviceBuffer<uint16_t> q(size_t(kCopies) * rows * kHeads * kHeadDim), out(size_t(rows) * kHeads * kHeadDim);
+  DeviceBuffer<uint16_t> q(size_t(kCopies) * rows * heads * kHeadDim), out(size_t(rows) * heads * kHeadDim);
   fill_bf16<<<256, 256, 0, s>>>(q.get(), int64_t(q.size()), 5);
   DeviceBuffer<float> sink(kHeads);
   CUDA_CHECK(cudaMemset(sink.get(), 0, kHeads * 4));
-  const SparseDecodePlan plan = plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk);
+  const SparseDecodePlan plan = plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk, heads);
   DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 1));
   auto call = [&](int i) {
     const int c = i % kCopies;
     SparseDecodeArgs a;
-    a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * rows * kHeads * kHeadDim;
+    a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * rows * heads * kHeadDim;
+    a.heads = heads;
     a.main_pool = pool;
     a.main_idx = d_mi.get() + size_t(c) * rows * main_len;
     a.main_len = d_ml.get();
@@ -166,11 +168,11 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   CUDA_CHECK(cudaStreamSynchronize(s));
   const Stats st = time_graph(s, call);
   const int cands = main_len + extra_len;
-  const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + 2.0 * kHeads * kHeadDim * 2);
-  const double flops = double(rows) * kHeads * cands * kHeadDim * 4.0;
-  std::printf("%-5s B=%-3d cands=%-5d chunk=%-4d splits=%-3d | %8.2f us (min %.2f max %.2f) | "
+  const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + 2.0 * heads * kHeadDim * 2);
+  const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
+  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d | %8.2f us (min %.2f max %.2f) | "
               "%8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
-              kind, rows, cands, plan.chunk, plan.splits, st.med, st.lo, st.hi, bytes / 1e6,
+              kind, heads, rows, cands, plan.chunk, plan.splits, st.med, st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
 }
@@ -246,6 +248,7 @@ int main() {
   std::printf("attention (per layer call; bytes = KV entries 584 B + 4 B id, q and out bf16)\n");
   for (int mc : {16, 32, 64}) attention_case(s, pool, peak, "CSA", 1, 128, 512, false, mc);
   for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false);
+  for (int b : {1, 8, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, 32);
   for (int ctx : {8192, 65536, 1 << 20})
     for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true);
   for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "SWA", b, 128, 0, false);

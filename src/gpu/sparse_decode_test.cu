@@ -7,8 +7,15 @@
 //   |gpu − ref| ≤ 1e-3 + 1e-2·(|ref| + A), A = Σ_j p_j |v_j| / (Σ_j p_j + e^sink) (fp64), against
 //   both the CPU reference and an fp64 softmax (unrounded probabilities). A bounds the
 //   cancellation in Σ p·v, where bf16 rounding of p (2^-9 relative) and of the output act;
-//   observed errors are ≤ 1 bf16 ulp of the magnitudes involved. The KV dequantization and the indexer scores are checked bit
-//   for bit; the indexer selection must equal select_topk of the GPU scores exactly.
+//   observed errors are ≤ 1 bf16 ulp of the magnitudes involved; every output must also be a
+//   bf16 value (probabilities are rounded to bf16 before P·V like the reference, outputs to
+//   bf16 at the end). Shapes: heads 2, 20, 32, 64 (padded 16-head tiles), batch 1–64, −1 ids,
+//   lengths 1..640 and HCA lists up to 8192, explicit pools and GpuModel's decode mode (ring
+//   window and HCA lists from positions, per-row buffers, fp32 q/out, graph split_rows).
+//   The KV dequantization is checked bit for bit; the indexer scores must match
+//   cpu::index_scores on all but ≤ 0.1% of keys (tensor-core dots sum in another order; with
+//   FP4-simulated operands they are exact in practice) for 8 and 64 heads, top-4 and top-512,
+//   and the selection must equal select_topk of the GPU scores exactly (ties → lower id).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +23,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/attention.h"
@@ -110,12 +118,76 @@ TEST(Sm90KvPool, InsertDequantizesToReferenceQ8Values) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Checks out [rows, heads, 512] (host floats) against cpu::sparse_attention_head and an fp64
+// softmax with unrounded probabilities over each row's candidate list (nullptr: invalid id);
+// returns the number of outputs out of tolerance (file comment) and prints the error summary.
+int64_t check_attention(const char* name, int rows, int heads, const std::vector<float>& q,
+                        const std::vector<float>& sink,
+                        const std::vector<std::vector<const float*>>& cands, float scale,
+                        const std::vector<float>& out, const char* plan_info) {
+  double max_err_ref = 0, max_err_f64 = 0, max_abs_ref = 0;
+  int64_t bad = 0, equal_bits = 0;
+  std::vector<float> ref(kHeadDim);
+  std::vector<double> f64(kHeadDim), f64abs(kHeadDim);
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<const float*>& cand = cands[r];
+    for (int h = 0; h < heads; ++h) {
+      const float* qh = &q[(size_t(r) * heads + h) * kHeadDim];
+      cpu::sparse_attention_head(std::span(qh, kHeadDim), cand, sink[h], scale, ref);
+      std::vector<double> sc(cand.size());
+      double m = -INFINITY;
+      for (size_t j = 0; j < cand.size(); ++j) {
+        if (!cand[j]) continue;
+        double dot = 0;
+        for (int k = 0; k < kHeadDim; ++k) dot += double(qh[k]) * cand[j][k];
+        sc[j] = dot * scale;
+        m = std::max(m, sc[j]);
+      }
+      std::fill(f64.begin(), f64.end(), 0.0);
+      std::fill(f64abs.begin(), f64abs.end(), 0.0);
+      double l = 0;
+      for (size_t j = 0; j < cand.size(); ++j) {
+        if (!cand[j]) continue;
+        const double p = std::exp(sc[j] - m);
+        l += p;
+        for (int k = 0; k < kHeadDim; ++k) {
+          f64[k] += p * cand[j][k];
+          f64abs[k] += p * std::fabs(cand[j][k]);
+        }
+      }
+      const double denom = m == -INFINITY ? INFINITY : l + std::exp(double(sink[h]) - m);
+      for (int k = 0; k < kHeadDim; ++k) {
+        const float g = out[(size_t(r) * heads + h) * kHeadDim + k];
+        const double exact = f64[k] / denom;
+        const double e1 = std::fabs(g - ref[k]), e2 = std::fabs(g - exact);
+        max_err_ref = std::max(max_err_ref, e1);
+        max_err_f64 = std::max(max_err_f64, e2);
+        max_abs_ref = std::max(max_abs_ref, double(std::fabs(ref[k])));
+        equal_bits += g == ref[k];
+        const double tol = 1e-3 + 1e-2 * (std::fabs(exact) + f64abs[k] / denom);
+        bad += e1 > tol || e2 > tol || !(g == round_bf16(g));
+      }
+    }
+  }
+  const double n = double(rows) * heads * kHeadDim;
+  std::printf("[%s] rows %d heads %d %s: max|gpu-cpu| %.3g, max|gpu-fp64| %.3g (max|ref| %.3g), "
+              "bit-equal to cpu %.2f%%, out of tolerance %lld\n",
+              name, rows, heads, plan_info, max_err_ref, max_err_f64, max_abs_ref,
+              100.0 * equal_bits / n, (long long)bad);
+  return bad;
+}
+
+std::string plan_info(const SparseDecodePlan& p) {
+  return "chunk " + std::to_string(p.chunk) + " splits " + std::to_string(p.splits);
+}
+
 struct AttnCase {
   const char* name;
   int rows, max_main, max_extra;
   bool random_lengths;  // else every row has max_main + max_extra
   double neg_frac;      // fraction of −1 ids
   int min_chunk;
+  int heads = kHeads;
 };
 
 class Sm90SparseDecode : public ::testing::TestWithParam<AttnCase> {};
@@ -123,7 +195,8 @@ class Sm90SparseDecode : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
   REQUIRE_GPU();
   const AttnCase c = GetParam();
-  std::mt19937 rng(1234 + c.rows * 7 + c.max_extra);
+  const int H = c.heads;
+  std::mt19937 rng(1234 + c.rows * 7 + c.max_extra + H);
   const int64_t n_main = std::max(1, c.max_main) * 2, n_extra = std::max(1, c.max_extra) + 64;
   const std::vector<float> kv_main = random_kv(n_main, rng, true);
   const std::vector<float> kv_extra = random_kv(n_extra, rng, true);
@@ -133,9 +206,9 @@ TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
 
   std::normal_distribution<float> nd;
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-  std::vector<float> q(size_t(c.rows) * kHeads * kHeadDim);
+  std::vector<float> q(size_t(c.rows) * H * kHeadDim);
   for (float& v : q) v = round_bf16(2.5f * nd(rng));
-  std::vector<float> sink(kHeads);
+  std::vector<float> sink(H);
   for (float& v : sink) v = 4.0f * ud(rng) - 2.0f;
   // Lists: entry numbers (host), translated to pool slots for the device.
   std::vector<int32_t> main_e(size_t(c.rows) * std::max(1, c.max_main), -1);
@@ -164,9 +237,10 @@ TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
   d_ei.upload(to_slots(extra_e, slot_extra));
   d_ml.upload(main_len);
   d_el.upload(extra_len);
-  DeviceBuffer<uint16_t> d_out(size_t(c.rows) * kHeads * kHeadDim);
+  DeviceBuffer<uint16_t> d_out(size_t(c.rows) * H * kHeadDim);
   SparseDecodeArgs a;
   a.q = reinterpret_cast<const __nv_bfloat16*>(d_q.get());
+  a.heads = H;
   a.main_pool = pm.pool;
   a.main_idx = d_mi.get();
   a.main_len = d_ml.get();
@@ -180,72 +254,26 @@ TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
   a.sink = d_sink.get();
   a.out = reinterpret_cast<__nv_bfloat16*>(d_out.get());
   a.rows = c.rows;
-  const SparseDecodePlan plan = plan_sparse_decode(c.rows, c.max_main, c.max_extra, 132, c.min_chunk);
+  const SparseDecodePlan plan = plan_sparse_decode(c.rows, c.max_main, c.max_extra, 132, c.min_chunk, H);
   DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 1));
   sparse_decode(a, plan, ws.get(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<uint16_t> out = d_out.download();
+  const std::vector<uint16_t> out_bits = d_out.download();
+  std::vector<float> out(out_bits.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = numerics::bf16_bits_to_float(out_bits[i]);
 
-  const float scale = a.scale;
-  double max_err_ref = 0, max_err_f64 = 0, max_abs_ref = 0;
-  int64_t bad = 0, equal_bits = 0;
-  std::vector<float> ref(kHeadDim);
-  std::vector<double> f64(kHeadDim), f64abs(kHeadDim);
+  std::vector<std::vector<const float*>> cands(c.rows);
   for (int r = 0; r < c.rows; ++r) {
-    std::vector<const float*> cand;
     for (int j = 0; j < main_len[r]; ++j) {
       const int32_t e = main_e[r * a.main_stride + j];
-      cand.push_back(e < 0 ? nullptr : &kv_main[e * kHeadDim]);
+      cands[r].push_back(e < 0 ? nullptr : &kv_main[e * kHeadDim]);
     }
     for (int j = 0; j < extra_len[r]; ++j) {
       const int32_t e = extra_e[r * std::max(1, c.max_extra) + j];
-      cand.push_back(e < 0 ? nullptr : &kv_extra[e * kHeadDim]);
-    }
-    for (int h = 0; h < kHeads; ++h) {
-      const float* qh = &q[(size_t(r) * kHeads + h) * kHeadDim];
-      cpu::sparse_attention_head(std::span(qh, kHeadDim), cand, sink[h], scale, ref);
-      // fp64 softmax with unrounded probabilities.
-      std::vector<double> s(cand.size());
-      double m = -INFINITY;
-      for (size_t j = 0; j < cand.size(); ++j) {
-        if (!cand[j]) continue;
-        double dot = 0;
-        for (int k = 0; k < kHeadDim; ++k) dot += double(qh[k]) * cand[j][k];
-        s[j] = dot * scale;
-        m = std::max(m, s[j]);
-      }
-      std::fill(f64.begin(), f64.end(), 0.0);
-      std::fill(f64abs.begin(), f64abs.end(), 0.0);
-      double l = 0;
-      for (size_t j = 0; j < cand.size(); ++j) {
-        if (!cand[j]) continue;
-        const double p = std::exp(s[j] - m);
-        l += p;
-        for (int k = 0; k < kHeadDim; ++k) {
-          f64[k] += p * cand[j][k];
-          f64abs[k] += p * std::fabs(cand[j][k]);
-        }
-      }
-      const double denom = m == -INFINITY ? INFINITY : l + std::exp(double(sink[h]) - m);
-      for (int k = 0; k < kHeadDim; ++k) {
-        const float g = numerics::bf16_bits_to_float(out[(size_t(r) * kHeads + h) * kHeadDim + k]);
-        const double exact = f64[k] / denom;
-        const double e1 = std::fabs(g - ref[k]), e2 = std::fabs(g - exact);
-        max_err_ref = std::max(max_err_ref, e1);
-        max_err_f64 = std::max(max_err_f64, e2);
-        max_abs_ref = std::max(max_abs_ref, double(std::fabs(ref[k])));
-        equal_bits += g == ref[k];
-        const double tol = 1e-3 + 1e-2 * (std::fabs(exact) + f64abs[k] / denom);
-        bad += e1 > tol || e2 > tol;
-      }
+      cands[r].push_back(e < 0 ? nullptr : &kv_extra[e * kHeadDim]);
     }
   }
-  const double n = double(c.rows) * kHeads * kHeadDim;
-  std::printf("[%s] rows %d chunk %d splits %d: max|gpu-cpu| %.3g, max|gpu-fp64| %.3g "
-              "(max|ref| %.3g), bit-equal to cpu %.2f%%, out of tolerance %lld\n",
-              c.name, c.rows, plan.chunk, plan.splits, max_err_ref, max_err_f64, max_abs_ref,
-              100.0 * equal_bits / n, (long long)bad);
-  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(check_attention(c.name, c.rows, H, q, sink, cands, a.scale, out, plan_info(plan).c_str()), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -258,7 +286,140 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"window_only", 9, 128, 0, true, 0.1, 16},
                       AttnCase{"len1", 2, 1, 0, false, 0.0, 16},
                       AttnCase{"hca_8192", 2, 128, 8192, false, 0.02, 16},
-                      AttnCase{"hca_8192_b16", 16, 128, 8192, true, 0.0, 16}),
+                      AttnCase{"hca_8192_b16", 16, 128, 8192, true, 0.0, 16},
+                      AttnCase{"h2_csa_b3", 3, 128, 512, true, 0.05, 16, 2},
+                      AttnCase{"h2_one_split", 2, 128, 4, true, 0.0, 256, 2},
+                      AttnCase{"h32_csa_b1", 1, 128, 512, false, 0.0, 16, 32},
+                      AttnCase{"h32_csa_b64_pad", 64, 128, 512, true, 0.05, 16, 32},
+                      AttnCase{"h32_hca_8192_b4", 4, 128, 8192, true, 0.01, 16, 32},
+                      AttnCase{"h20_window_only", 7, 128, 0, true, 0.1, 16, 20}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// GpuModel's decode mode: per-row cache buffers (window ring of `win` entries, compressed
+// entries), lists implied by each row's position (ring window, HCA) or a CSA top-k with −1
+// padding, fp32 q / out, split count planned for split_rows ≥ rows (graph padding).
+struct DecodeModeCase {
+  const char* name;
+  int heads, win, ratio;  // ratio 0: window only; 4: CSA (top-k lists); 128: HCA
+  int topk;
+  std::vector<int> pos;
+  int split_rows = 0;
+};
+
+class Sm90SparseDecodeMode : public ::testing::TestWithParam<DecodeModeCase> {};
+
+TEST_P(Sm90SparseDecodeMode, RingAndCompressedListsMatchCpuReference) {
+  REQUIRE_GPU();
+  const DecodeModeCase c = GetParam();
+  const int rows = int(c.pos.size()), H = c.heads;
+  const bool csa = c.ratio == 4;
+  std::mt19937 rng(555 + rows + H + c.ratio);
+  const int max_pos = *std::max_element(c.pos.begin(), c.pos.end());
+  const int entries = c.ratio > 0 ? std::max(1, (max_pos + 1) / c.ratio) : 1;
+  std::vector<std::vector<float>> ring(rows), comp(rows);
+  std::vector<DeviceBuffer<uint8_t>> d_ring(rows), d_comp(rows);
+  std::vector<DecodeLayerCache> table(rows);
+  for (int r = 0; r < rows; ++r) {
+    ring[r] = random_kv(c.win, rng, true);
+    comp[r] = random_kv(entries, rng, true);
+    for (auto [v, b] : {std::pair{&ring[r], &d_ring[r]}, std::pair{&comp[r], &d_comp[r]}}) {
+      const int64_t n = int64_t(v->size()) / kHeadDim;
+      b->resize(size_t(kv_cache_bytes(n)));
+      b->fill_bytes(0xAB);
+      std::vector<int32_t> slots(n);
+      std::iota(slots.begin(), slots.end(), 0);
+      DeviceBuffer<float> d_kv;
+      d_kv.upload(*v);
+      DeviceBuffer<int32_t> d_slots;
+      d_slots.upload(slots);
+      kv_cache_insert(d_kv.get(), d_slots.get(), n, kv_cache_pool(b->get()), nullptr);
+    }
+    table[r].window = d_ring[r].get();
+    table[r].comp.cache = d_comp[r].get();
+  }
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  std::vector<float> q(size_t(rows) * H * kHeadDim), sink(H);
+  for (float& v : q) v = round_bf16(2.5f * nd(rng));
+  for (float& v : sink) v = 4.0f * ud(rng) - 2.0f;
+  std::vector<int32_t> sel(size_t(rows) * std::max(1, c.topk), -1), cnt(rows, 0);
+  std::vector<std::vector<const float*>> cands(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int p = c.pos[r];
+    for (int src = std::max(0, p - c.win + 1); src <= p; ++src)
+      cands[r].push_back(&ring[r][size_t(src % c.win) * kHeadDim]);
+    const int visible = c.ratio > 0 ? (p + 1) / c.ratio : 0;
+    if (csa) {  // a random subset in random order, −1 ids mixed in
+      std::vector<int32_t> ids(visible);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      cnt[r] = std::min(c.topk, visible);
+      for (int i = 0; i < cnt[r]; ++i) {
+        const int32_t id = ud(rng) < 0.05 ? -1 : ids[i];
+        sel[size_t(r) * c.topk + i] = id;
+        cands[r].push_back(id < 0 ? nullptr : &comp[r][size_t(id) * kHeadDim]);
+      }
+    } else {
+      for (int e = 0; e < visible; ++e) cands[r].push_back(&comp[r][size_t(e) * kHeadDim]);
+    }
+  }
+  DeviceBuffer<float> d_q, d_sink, d_out(size_t(rows) * H * kHeadDim);
+  d_q.upload(q);
+  d_sink.upload(sink);
+  DeviceBuffer<int32_t> d_pos, d_sel, d_cnt;
+  d_pos.upload(std::vector<int32_t>(c.pos.begin(), c.pos.end()));
+  d_sel.upload(sel);
+  d_cnt.upload(cnt);
+  DeviceBuffer<DecodeLayerCache> d_table;
+  d_table.upload(table);
+  SparseDecodeArgs a;
+  a.q_f32 = d_q.get();
+  a.heads = H;
+  a.main_pool = kv_cache_pool(nullptr);
+  a.extra_pool = kv_cache_pool(nullptr);
+  a.pos = d_pos.get();
+  a.win = c.win;
+  a.caches = d_table.get();
+  if (csa) {
+    a.extra_idx = d_sel.get();
+    a.extra_len = d_cnt.get();
+    a.extra_stride = c.topk;
+  } else {
+    a.extra_ratio = c.ratio;
+  }
+  a.sink = d_sink.get();
+  a.out_f32 = d_out.get();
+  a.rows = rows;
+  const int max_extra = csa ? c.topk : c.ratio > 0 ? entries : 0;
+  const SparseDecodePlan plan = plan_sparse_decode(rows, c.win, max_extra, 132, 16, H, c.split_rows);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(sparse_decode_workspace_bound(std::max(rows, c.split_rows), H, 132), 1));
+  ASSERT_LE(plan.workspace_bytes, ws.size());
+  sparse_decode(a, plan, ws.get(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(check_attention(c.name, rows, H, q, sink, cands, a.scale, d_out.download(), plan_info(plan).c_str()), 0);
+}
+
+std::vector<int> positions(int n, int max_pos, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int> p(n);
+  for (int& v : p) v = int(rng() % uint32_t(max_pos + 1));
+  p[0] = 0;
+  if (n > 1) p[n - 1] = max_pos;
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Sm90SparseDecodeMode,
+    ::testing::Values(DecodeModeCase{"window_h2", 2, 128, 0, 0, {0, 1, 5, 126, 127, 128, 300, 511}},
+                      DecodeModeCase{"window_w16_h2", 2, 16, 0, 0, {0, 3, 15, 16, 17, 200}},
+                      DecodeModeCase{"csa_h2_top4", 2, 128, 4, 4, {0, 3, 4, 7, 130, 511}, 8},
+                      DecodeModeCase{"csa_h2_top512", 2, 128, 4, 512, {3, 100, 2047, 2500}},
+                      DecodeModeCase{"csa_h32_b1", 32, 128, 4, 512, {8191}},
+                      DecodeModeCase{"csa_h64_b1", 64, 128, 4, 512, {8191}},
+                      DecodeModeCase{"csa_h64_b64", 64, 128, 4, 512, positions(64, 2000, 1)},
+                      DecodeModeCase{"hca_h2", 2, 128, 128, 0, {0, 126, 127, 255, 256, 511}, 8},
+                      DecodeModeCase{"hca_h32_8192", 32, 128, 128, 0, {1048575}},
+                      DecodeModeCase{"hca_h64_b16", 64, 128, 128, 0, positions(16, 65535, 2), 24}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Key pool adapter for cpu::index_scores.
@@ -274,48 +435,80 @@ class KeyPool : public cpu::LayerState {
   const float* keys_;
 };
 
-TEST(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
+struct IndexerCase {
+  const char* name;
+  int heads, k;
+  bool decode_mode;  // GpuModel: fp32 q, per-row fp32 key buffers, visible from positions
+};
+
+class Sm90IndexerTopk : public ::testing::TestWithParam<IndexerCase> {};
+
+TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
   REQUIRE_GPU();
-  std::mt19937 rng(99);
+  const IndexerCase c = GetParam();
+  const int HI = c.heads, K = c.k, ratio = 4;
+  std::mt19937 rng(99 + HI + K);
   std::normal_distribution<float> nd;
-  const std::vector<int> visible = {1, 300, 512, 513, 5000, 32768, 2048};
+  const std::vector<int> visible = {1, 3, 4, 5, 300, 512, 513, 5000, 32768, 2048, 0};
   const int rows = int(visible.size());
   const int max_visible = *std::max_element(visible.begin(), visible.end());
-  // One key pool per row (a sequence each), FP4-simulated values; the last row has many ties.
+  // One key pool per row (a sequence each), FP4-simulated values; the row before last has many
+  // ties.
   std::vector<int64_t> base(rows);
   int64_t total = 0;
   for (int r = 0; r < rows; ++r) base[r] = total, total += visible[r];
-  std::vector<float> keys(total * kIndexDim), q(size_t(rows) * kIndexHeads * kIndexDim),
-      w(size_t(rows) * kIndexHeads);
+  std::vector<float> keys(total * kIndexDim), q(size_t(rows) * HI * kIndexDim), w(size_t(rows) * HI);
   for (float& v : keys) v = round_bf16(nd(rng));
-  for (int64_t e = base[rows - 1]; e < total; ++e)  // 16 distinct keys repeated: exact ties
-    std::copy_n(&keys[(base[rows - 1] + e % 16) * kIndexDim], kIndexDim, &keys[e * kIndexDim]);
+  const int tie_row = rows - 2;
+  for (int64_t e = base[tie_row]; e < base[tie_row] + visible[tie_row]; ++e)  // 16 keys repeated
+    std::copy_n(&keys[(base[tie_row] + e % 16) * kIndexDim], kIndexDim, &keys[e * kIndexDim]);
   for (float& v : q) v = round_bf16(nd(rng));
   for (size_t i = 0; i < keys.size(); i += 32) numerics::simulate_q4(std::span(&keys[i], 32), 32);
   for (size_t i = 0; i < q.size(); i += 32) numerics::simulate_q4(std::span(&q[i], 32), 32);
-  const float ws = float(std::pow(128.0, -0.5) * std::pow(64.0, -0.5));
+  const float ws = float(std::pow(128.0, -0.5) * std::pow(double(HI), -0.5));
   for (float& v : w) v = round_bf16(round_bf16(nd(rng)) * ws);
 
   DeviceBuffer<uint16_t> d_keys, d_q;
-  d_keys.upload(to_bf16_bits(keys));
-  d_q.upload(to_bf16_bits(q));
-  DeviceBuffer<float> d_w;
+  DeviceBuffer<float> d_keys32, d_q32, d_w;
   d_w.upload(w);
   DeviceBuffer<int64_t> d_base;
-  d_base.upload(base);
-  DeviceBuffer<int32_t> d_vis, d_topk(size_t(rows) * kIndexTopk), d_count(rows);
-  d_vis.upload(visible);
+  DeviceBuffer<int32_t> d_vis, d_pos, d_topk(size_t(rows) * K), d_count(rows);
+  DeviceBuffer<DecodeLayerCache> d_table;
   DeviceBuffer<uint8_t> work(indexer_workspace_bytes(rows, max_visible));
   IndexerArgs a;
-  a.q = reinterpret_cast<const __nv_bfloat16*>(d_q.get());
+  a.heads = HI;
   a.weights = d_w.get();
-  a.keys = reinterpret_cast<const __nv_bfloat16*>(d_keys.get());
-  a.key_base = d_base.get();
-  a.visible = d_vis.get();
   a.rows = rows;
   a.max_visible = max_visible;
+  a.k = K;
   a.topk = d_topk.get();
   a.count = d_count.get();
+  if (c.decode_mode) {
+    d_keys32.upload(keys);
+    d_q32.upload(q);
+    std::vector<DecodeLayerCache> table(rows);
+    std::vector<int32_t> pos(rows);
+    for (int r = 0; r < rows; ++r) {
+      table[r].index.keys = d_keys32.get() + base[r] * kIndexDim;
+      // (pos + 1) / 4 = visible
+      pos[r] = visible[r] > 0 ? visible[r] * ratio - 1 + int(rng() % ratio) : int(rng() % (ratio - 1));
+    }
+    d_table.upload(table);
+    d_pos.upload(pos);
+    a.q_f32 = d_q32.get();
+    a.caches = d_table.get();
+    a.pos = d_pos.get();
+    a.ratio = ratio;
+  } else {
+    d_keys.upload(to_bf16_bits(keys));
+    d_q.upload(to_bf16_bits(q));
+    d_base.upload(base);
+    d_vis.upload(visible);
+    a.q = reinterpret_cast<const __nv_bfloat16*>(d_q.get());
+    a.keys = reinterpret_cast<const __nv_bfloat16*>(d_keys.get());
+    a.key_base = d_base.get();
+    a.visible = d_vis.get();
+  }
   indexer_topk(a, work.get(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<int32_t> topk = d_topk.download(), count = d_count.download();
@@ -323,36 +516,47 @@ TEST(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
   CUDA_CHECK(cudaMemcpy(score_keys.data(), work.get(), score_keys.size() * 2, cudaMemcpyDeviceToHost));
 
   cpu::IndexerParams ip;
+  ip.num_heads = HI;
   for (int r = 0; r < rows; ++r) {
     KeyPool pool(&keys[base[r] * kIndexDim]);
     std::vector<float> ref(visible[r]), gpu(visible[r]);
-    cpu::index_scores(std::span(&q[size_t(r) * kIndexHeads * kIndexDim], kIndexHeads * kIndexDim),
-                      std::span(&w[size_t(r) * kIndexHeads], kIndexHeads), pool, visible[r], ip, ref);
+    cpu::index_scores(std::span(&q[size_t(r) * HI * kIndexDim], size_t(HI) * kIndexDim),
+                      std::span(&w[size_t(r) * HI], HI), pool, visible[r], ip, ref);
     int64_t score_diff = 0;
     for (int i = 0; i < visible[r]; ++i) {
       gpu[i] = numerics::bf16_bits_to_float(
           score_from_key(indexer_score_keys(score_keys.data(), r, max_visible)[i]));
       score_diff += gpu[i] != ref[i] && !(gpu[i] == 0 && ref[i] == 0);
     }
-    const std::vector<int32_t> sel_ref = cpu::select_topk(ref, kIndexTopk);
-    const std::vector<int32_t> sel_gpu_scores = cpu::select_topk(gpu, kIndexTopk);
+    const std::vector<int32_t> sel_ref = cpu::select_topk(ref, K);
+    const std::vector<int32_t> sel_gpu_scores = cpu::select_topk(gpu, K);
     const int take = int(sel_ref.size());
-    ASSERT_EQ(count[r], take);
-    std::vector<int32_t> got(topk.begin() + r * kIndexTopk, topk.begin() + r * kIndexTopk + take);
-    for (int i = take; i < kIndexTopk; ++i) EXPECT_EQ(topk[r * kIndexTopk + i], -1);
+    ASSERT_EQ(count[r], take) << "row " << r;
+    std::vector<int32_t> got(topk.begin() + size_t(r) * K, topk.begin() + size_t(r) * K + take);
+    for (int i = take; i < K; ++i) EXPECT_EQ(topk[size_t(r) * K + i], -1);
     EXPECT_EQ(got, sel_gpu_scores) << "row " << r;  // selection logic: exact, ties → lower id
     std::vector<int32_t> a1 = got, b1 = sel_ref;
     std::sort(a1.begin(), a1.end());
     std::sort(b1.begin(), b1.end());
     std::vector<int32_t> common;
     std::set_intersection(a1.begin(), a1.end(), b1.begin(), b1.end(), std::back_inserter(common));
-    std::printf("indexer row %d visible %d: scores differing from cpu %lld, selection agreement "
+    std::printf("[%s] indexer row %d visible %d: scores differing from cpu %lld, selection agreement "
                 "%.2f%% (same order: %s)\n",
-                r, visible[r], (long long)score_diff, take ? 100.0 * common.size() / take : 100.0,
+                c.name, r, visible[r], (long long)score_diff, take ? 100.0 * common.size() / take : 100.0,
                 got == sel_ref ? "yes" : "no");
     EXPECT_LE(score_diff, visible[r] / 1000);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90IndexerTopk,
+                         ::testing::Values(IndexerCase{"h64_top512", 64, 512, false},
+                                           IndexerCase{"h8_top512", 8, 512, false},
+                                           IndexerCase{"h8_top4", 8, 4, false},
+                                           IndexerCase{"h64_top4", 64, 4, false},
+                                           IndexerCase{"decode_h64_top512", 64, 512, true},
+                                           IndexerCase{"decode_h8_top4", 8, 4, true},
+                                           IndexerCase{"decode_h8_top512", 8, 512, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace dsv4::gpu::sm90
