@@ -140,6 +140,141 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest,
                          ::testing::Values(LinShape{1, 128, 128}, LinShape{3, 200, 384}, LinShape{5, 256, 1024},
                                            LinShape{2, 64, 2048}));
 
+// Decode-size (skinny) linears: M ∈ {1, 3, 16, 64} at Flash projection shapes (TP2 halves) and
+// odd sizes; M = 65 takes the general kernels. Lin8 must match the CPU bit for bit (the
+// skinny kernel keeps the exact block partials and the K-ordered fp32 sum); dense keeps the
+// double sum (other order, same contract as DenseBf16AndFp32MatchCpu).
+struct SkinnyShape {
+  int64_t rows, out, in;
+};
+class SkinnyLinearTest : public ::testing::TestWithParam<SkinnyShape> {};
+
+TEST_P(SkinnyLinearTest, Lin8MatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const auto [rows, out, in] = GetParam();
+  const auto wf = random_bf16(out * in, 0.05f, 31);
+  std::vector<uint8_t> codes(out * in), sc(((out + 127) / 128) * ((in + 127) / 128));
+  model::quantize_fp8_blocks(wf.data(), out, in, codes.data(), sc.data());
+  // Spread the block scales so the K-ordered fp32 sum is sensitive to order.
+  for (size_t i = 0; i < sc.size(); ++i) sc[i] = uint8_t(sc[i] + int(i % 5) - 2);
+  cpu::Fp8Linear ref{.out = out, .in = in};
+  for (uint8_t c : codes) ref.weight.push_back(numerics::e4m3_to_float(c));
+  for (uint8_t c : sc) ref.scale.push_back(numerics::e8m0_to_float(c));
+  const auto x = random_bf16(rows * in, 1.0f, 32);
+  std::vector<float> want(rows * out);
+  for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
+  auto dx = to_device(x);
+  auto dw = to_device(codes), ds = to_device(sc);
+  DeviceBuffer<uint8_t> q(rows * in);
+  DeviceBuffer<float> qs(rows * in / 128), y(rows * out), yp(rows * out);
+  quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+  lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, y.get(), nullptr);
+  EXPECT_EQ(y.download(), want);
+  lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, yp.get(), nullptr, false);
+  round_bf16_values(yp.get(), rows * out, nullptr);
+  EXPECT_EQ(yp.download(), want);
+}
+
+TEST_P(SkinnyLinearTest, DenseMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [rows, out, in] = GetParam();
+  const auto w = random_bf16(out * in, 0.05f, 33);
+  const auto x = random_bf16(rows * in, 1.0f, 34);
+  cpu::Bf16Linear rb{.out = out, .in = in, .weight = w};
+  cpu::Fp32Linear rf{.out = out, .in = in, .weight = w};
+  std::vector<float> want_b(rows * out), want_f(rows * out), want_s(rows * out);
+  for (int64_t r = 0; r < rows; ++r) {
+    rb.forward(std::span(x).subspan(r * in, in), std::span(want_b).subspan(r * out, out));
+    rf.forward(std::span(x).subspan(r * in, in), std::span(want_f).subspan(r * out, out));
+  }
+  const float post = 0.375f;
+  for (size_t i = 0; i < want_b.size(); ++i) want_s[i] = numerics::round_bf16(want_b[i] * post);
+  std::vector<uint16_t> bits;
+  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  auto dx = to_device(x);
+  auto dwb = to_device(bits);
+  auto dwf = to_device(w);
+  DeviceBuffer<float> yb(rows * out), yf(rows * out), ys(rows * out);
+  dense_linear(dx.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, yb.get(), nullptr);
+  dense_linear(dx.get(), rows, in, dwf.get(), false, out, in, 0, false, 0.0f, yf.get(), nullptr);
+  dense_linear(dx.get(), rows, in, dwb.get(), true, out, in, 0, true, post, ys.get(), nullptr);
+  EXPECT_LE(max_rel(yb.download(), want_b), 1e-6);
+  EXPECT_LE(max_rel(yf.download(), want_f), 1e-6);
+  EXPECT_LE(max_rel(ys.download(), want_s), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SkinnyLinearTest,
+    ::testing::Values(SkinnyShape{1, 1024, 4096}, SkinnyShape{3, 1024, 4096}, SkinnyShape{16, 512, 4096},
+                      SkinnyShape{64, 1024, 4096}, SkinnyShape{1, 4096, 1024}, SkinnyShape{16, 4096, 1024},
+                      SkinnyShape{1, 200, 7168}, SkinnyShape{3, 72, 7168}, SkinnyShape{64, 130, 384},
+                      SkinnyShape{65, 130, 384}, SkinnyShape{2, 24, 16384}, SkinnyShape{1, 4, 16384}));
+
+// Grouped bf16 linear (wo_a): output row o reads x[(o / opg)·in, ...) of a row of G·in values.
+TEST(SkinnyGroupedTest, GroupedDenseMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t rows : {1, 3, 16, 64}) {
+    const int64_t G = 4, opg = 256, in = 1024, out = G * opg;
+    const auto w = random_bf16(out * in, 0.05f, 35);
+    const auto x = random_bf16(rows * G * in, 1.0f, 36);
+    std::vector<float> want(rows * out);
+    for (int64_t g = 0; g < G; ++g) {
+      cpu::Bf16Linear rb{.out = opg, .in = in,
+                         .weight = std::vector<float>(w.begin() + g * opg * in, w.begin() + (g + 1) * opg * in)};
+      std::vector<float> yg(opg);
+      for (int64_t r = 0; r < rows; ++r) {
+        rb.forward(std::span(x).subspan((r * G + g) * in, in), yg);
+        for (int64_t o = 0; o < opg; ++o) want[r * out + g * opg + o] = yg[o];
+      }
+    }
+    std::vector<uint16_t> bits;
+    for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+    auto dx = to_device(x);
+    auto dw = to_device(bits);
+    DeviceBuffer<float> y(rows * out);
+    dense_linear(dx.get(), rows, G * in, dw.get(), true, out, in, opg, true, 0.0f, y.get(), nullptr);
+    EXPECT_LE(max_rel(y.download(), want), 1e-6) << "rows " << rows;
+  }
+}
+
+// Weightless bf16 head RMS (cpu attention.cpp head_rms_bf16, restated here: it is internal).
+TEST(HeadRmsTest, MatchesReferenceBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const int len : {512, 128, 100}) {
+    const int64_t rows = 67;
+    auto x = random_bf16(rows * len, 1.5f, 40 + len);
+    std::vector<float> want = x;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* q = want.data() + r * len;
+      float sum = 0.0f;
+      for (int i = 0; i < len; ++i) sum += numerics::round_bf16(q[i] * q[i]);
+      const float mean = numerics::round_bf16(sum / float(len));
+      const float rs = numerics::round_bf16(1.0f / std::sqrt(numerics::round_bf16(mean + 1e-6f)));
+      for (int i = 0; i < len; ++i) q[i] = numerics::round_bf16(q[i] * rs);
+    }
+    auto dx = to_device(x);
+    head_rms_bf16_rows(dx.get(), rows, len, 1e-6f, nullptr);
+    EXPECT_EQ(dx.download(), want) << "len " << len;
+  }
+}
+
+TEST(RmsNormWideTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t dim : {4096, 7168, 1000}) {
+    const int64_t rows = 17;
+    const auto x = random_bf16(rows * dim, 2.0f, 50);
+    auto w = random_bf16(dim, 0.1f, 51);
+    for (float& v : w) v = numerics::round_bf16(v + 1.0f);
+    std::vector<float> want(rows * dim);
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::rms_norm(std::span(x).subspan(r * dim, dim), w, 1e-6f, std::span(want).subspan(r * dim, dim));
+    auto dx = to_device(x), dw = to_device(w);
+    DeviceBuffer<float> y(rows * dim);
+    rms_norm_rows(dx.get(), dw.get(), rows, dim, 1e-6f, y.get(), nullptr);
+    EXPECT_LE(max_rel(y.download(), want), 1.0 / 128) << "dim " << dim;
+  }
+}
+
 class RowTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(RowTest, RmsNormMatchesCpu) {
@@ -277,9 +412,12 @@ TEST_P(AttentionTest, SparseAttentionMatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Positions, AttentionTest,
                          ::testing::Values(std::tuple{0, 1}, std::tuple{0, 70}, std::tuple{300, 1}, std::tuple{500, 9}));
 
-TEST(MhcTest, HcPreMatchesCpu) {
+class MhcTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(MhcTest, HcPreMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const int hc = 4, D = 256, M = hc * (2 + hc), n = 3;
+  const auto [D, n] = GetParam();
+  const int hc = 4, M = hc * (2 + hc);
   const auto streams = random_bf16(n * hc * D, 1.0f, 20);
   cpu::HcWeights w;
   w.fn = cpu::Fp32Linear{.out = M, .in = hc * D, .weight = random_bf16(M * hc * D, 0.01f, 21)};
@@ -298,6 +436,30 @@ TEST(MhcTest, HcPreMatchesCpu) {
   EXPECT_LE(max_rel(comb.download(), want_comb), 1e-4);
   EXPECT_LE(max_rel(x.download(), want_x), 1.0 / 128);
 }
+
+TEST_P(MhcTest, HcHeadMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [D, n] = GetParam();
+  const int hc = 4;
+  const auto streams = random_bf16(n * hc * D, 1.0f, 23);
+  cpu::HcWeights w;
+  w.fn = cpu::Fp32Linear{.out = hc, .in = hc * D, .weight = random_bf16(hc * hc * D, 0.01f, 24)};
+  w.base = random_bf16(hc, 0.1f, 25);
+  w.scale = {1.0f};
+  const cpu::HcParams p;
+  std::vector<float> want(n * D);
+  for (int t = 0; t < n; ++t)
+    cpu::hc_head(std::span(streams).subspan(t * hc * D, hc * D), w, p, std::span(want).subspan(t * D, D));
+  auto ds = to_device(streams), dfn = to_device(w.fn.weight), db = to_device(w.base), dsc = to_device(w.scale);
+  DeviceBuffer<float> mixes(n * hc), y(n * D);
+  dense_linear(ds.get(), n, hc * D, dfn.get(), false, hc, hc * D, 0, false, 0.0f, mixes.get(), nullptr);
+  hc_head_finish(ds.get(), mixes.get(), n, D, dsc.get(), db.get(), HcDeviceParams{}, y.get(), nullptr);
+  EXPECT_LE(max_rel(y.download(), want), 1.0 / 128);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MhcTest,
+                         ::testing::Values(std::tuple{256, 3}, std::tuple{4096, 1}, std::tuple{4096, 16},
+                                           std::tuple{4096, 64}, std::tuple{200, 2}));
 
 }  // namespace
 }  // namespace dsv4::gpu

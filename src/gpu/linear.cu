@@ -1,12 +1,17 @@
-// Linear layers and RMSNorm of the CUDA backend (plain, correctness-first kernels).
+// Linear layers and RMSNorm of the CUDA backend. Decode sizes (rows ≤ 64, non-expert) take the
+// skinny streaming kernels below (each weight byte read once per call; docs/decode-linears.md);
+// prefill and expert-indexed calls take the general kernels.
 //
-// Design: one warp per (input row, output row). Lin8 walks the 128-wide K blocks in order;
+// General design: one warp per (input row, output row). Lin8 walks the 128-wide K blocks in order;
 // each lane multiplies 4 e4m3 pairs (exact in fp32), the warp sums them in double (exact:
 // e4m3 products span < 2^36 and 128 of them fit in 53 bits, so the order does not matter),
 // and every lane adds fp32(partial)·(s_x·s_w) to its accumulator in K order — bit-identical
 // to cpu::Fp8Linear. Lin4 does four 32-wide blocks per iteration (8 lanes each) and adds them
 // in order. Dense linears accumulate in double and round once (like the CPU, up to the last
 // bit of a double). Shapes: x [rows, in], y [rows, out]; see ops.h.
+#include <algorithm>
+#include <cstdint>
+
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
@@ -137,6 +142,294 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) yr[k] = round_bf16(w[k] * (xr[k] * rs));
 }
 
+// ---- Skinny (small-M) streaming kernels: lin8 and dense at decode batch sizes ------------
+//
+// Layout: a CTA owns a tile of `rpc` output rows (inside one group for grouped dense) and all
+// K; warp w owns the 512-wide K slices w, w + nwarps, ...; lane l owns the 16 K positions
+// slice·512 + 16·l (one 16-byte FP8 load, two bf16 or four fp32 loads per weight row). For a
+// group of MT input rows the lane's x values are decoded to double once and stay in registers
+// while the warp streams every output row of the tile through them, so each weight byte is read
+// once per MT rows (M > MT re-reads the CTA's tile from L2, not HBM).
+// Numerics, all bit-identical to the reference contracts above:
+//  * lin8: a 128-wide block is 8 lanes. Both operands are e4m3 values decoded exactly to double
+//    (through a bank-replicated table in shared memory), the products accumulate by DFMA (each
+//    product is exact in double, so fma = mul + add) and the 8-lane sum is exact in any order
+//    (see the file comment). Lane 0 of each block forms the term fp32(partial)·(s_x·s_w) and
+//    stores it in shared memory; after the tile, one thread per (row, output) adds the terms in
+//    K-block order in fp32 — the reference's sequential sum.
+//  * dense: double products (exact: bf16·bf16 and bf16·fp32 fit 53 bits) summed in double per
+//    lane, per warp (xor tree) and across the warp's slices and then the CTA's warps in a fixed
+//    order; deterministic, equal to the CPU up to the last bit of a double like before.
+enum WeightKind { kFp8 = 0, kBf16 = 1, kF32 = 2 };
+constexpr int kSkinnyMaxRows = 64;
+constexpr int kSlice = 512, kLaneK = 16, kMaxWarps = 8, kLutBytes = 256 * 32 * 4;
+
+// lut[code·32 + lane] = high word of double(e4m3 code); the low word is always 0 (an e4m3
+// value has 3 mantissa bits). One thread per code forms the word with integer ops (every
+// non-zero e4m3 value is a normal float) and writes its 32 copies, rotating the copy index
+// with the lane so that the warp's stores hit 32 different banks.
+__device__ void fill_e4m3_lut(uint32_t* lut) {
+  const int lane = threadIdx.x & 31;
+  for (int code = threadIdx.x; code < 256; code += blockDim.x) {
+    const uint32_t u = __float_as_uint(e4m3_to_float(uint8_t(code)));
+    const uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
+    const uint32_t hi = mag == 0 ? sign : mag >= 0x7f800000u ? (sign | 0x7ff80000u) : (sign | ((mag >> 3) + (896u << 20)));
+    for (int c = 0; c < 32; ++c) lut[code * 32 + ((c + lane) & 31)] = hi;
+  }
+}
+
+__device__ __forceinline__ double lut_decode(const uint32_t* lut_lane, uint32_t word, int byte) {
+  return __hiloint2double(int(lut_lane[((word >> (8 * byte)) & 0xffu) * 32]), 0);
+}
+
+template <int WT>
+struct WeightChunk;  // one lane's 16 weights of one output row, as loaded
+template <>
+struct WeightChunk<kFp8> {
+  uint4 v;
+  __device__ void load(const void* row, int64_t k0) { v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(row) + k0)); }
+  __device__ double get(int i, const uint32_t* lut_lane) const {
+    const uint32_t w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
+    return lut_decode(lut_lane, w, i & 3);
+  }
+};
+template <>
+struct WeightChunk<kBf16> {
+  uint4 v[2];
+  __device__ void load(const void* row, int64_t k0) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(row) + k0);
+    v[0] = __ldg(p);
+    v[1] = __ldg(p + 1);
+  }
+  __device__ double get(int i, const uint32_t*) const {
+    const uint4& q = v[i >> 3];
+    const int j = i & 7;
+    const uint32_t w = j < 2 ? q.x : j < 4 ? q.y : j < 6 ? q.z : q.w;
+    return double(__uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16)));
+  }
+};
+template <>
+struct WeightChunk<kF32> {
+  float4 v[4];
+  __device__ void load(const void* row, int64_t k0) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(row) + k0);
+    for (int i = 0; i < 4; ++i) v[i] = __ldg(p + i);
+  }
+  __device__ double get(int i, const uint32_t*) const {
+    const float4& q = v[i >> 2];
+    const int j = i & 3;
+    return double(j == 0 ? q.x : j == 1 ? q.y : j == 2 ? q.z : q.w);
+  }
+};
+
+struct SkinnyArgs {
+  const void* x;         // lin8: e4m3 codes [rows/x_row_div, in]; dense: fp32 [rows, x_stride]
+  const float* xs;       // lin8: activation scales [rows/x_row_div, in/128]
+  int x_row_div;         // lin8
+  int64_t x_stride;      // dense
+  const void* w;         // [out, in]
+  const uint8_t* ws;     // lin8 weight scales
+  int64_t rows, out, in;
+  int64_t opg;           // output rows per group (= out when not grouped)
+  int64_t tiles_per_group;
+  int rpc;               // output rows per CTA
+  bool round;            // lin8: round_out; dense: round_bf16
+  float post_scale;      // dense
+  float* y;
+};
+
+__host__ __device__ constexpr int kRowsInFlight(int wt, int mt) { return wt == kFp8 ? 4 : (wt == kBf16 ? 4 : 2) / mt; }
+
+template <int WT, int MT>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2) skinny_kernel(SkinnyArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);
+  // lin8: terms [MT][rpc][kblocks] fp32; dense: partials [MT][rpc][nwarps] double.
+  unsigned char* red = smem + (WT == kFp8 ? kLutBytes : 0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int64_t g = blockIdx.x / a.tiles_per_group, tile = blockIdx.x % a.tiles_per_group;
+  const int64_t o_begin = g * a.opg + tile * a.rpc;
+  const int nrows_tile = int(min(int64_t(a.rpc), (g + 1) * a.opg - o_begin));
+  const int64_t kblocks = a.in / 128, nslices = (a.in + kSlice - 1) / kSlice;
+  const int64_t scols = (a.in + 127) / 128;
+  {  // Start the tile's weights towards L2 while the table is built (rows are contiguous).
+    const int64_t es = WT == kFp8 ? 1 : WT == kBf16 ? 2 : 4;
+    const char* tile_w = static_cast<const char*>(a.w) + o_begin * a.in * es;
+    const int64_t lines = (int64_t(nrows_tile) * a.in * es + 127) / 128;
+    for (int64_t l = threadIdx.x; l < lines && l < 32 * int64_t(blockDim.x); l += blockDim.x)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_w + l * 128));
+  }
+  if (WT == kFp8) {
+    fill_e4m3_lut(lut);
+    __syncthreads();
+  }
+  const uint32_t* lut_lane = lut + lane;
+  float* terms = reinterpret_cast<float*>(red);
+  double* parts = reinterpret_cast<double*>(red);
+  constexpr int RIF = kRowsInFlight(WT, MT);
+
+  for (int64_t m0 = 0; m0 < a.rows; m0 += MT) {
+    const int mt = int(min(int64_t(MT), a.rows - m0));
+    if (WT != kFp8)
+      for (int i = threadIdx.x; i < MT * a.rpc * nwarps; i += blockDim.x) parts[i] = 0.0;
+    __syncthreads();
+    for (int64_t sl = warp; sl < nslices; sl += nwarps) {
+      const int64_t k0 = sl * kSlice + lane * kLaneK;
+      const bool active = k0 < a.in;
+      // This lane's x values for the MT rows, decoded to double.
+      double xd[MT][kLaneK];
+      float sx[MT];
+      for (int mi = 0; mi < MT; ++mi) {
+        const int64_t r = m0 + min(mi, mt - 1);
+        if (WT == kFp8) {
+          const int64_t xr = r / a.x_row_div;
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (active) v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.x) + xr * a.in + k0));
+          for (int i = 0; i < kLaneK; ++i) xd[mi][i] = lut_decode(lut_lane, i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w, i & 3);
+          sx[mi] = active ? a.xs[xr * kblocks + k0 / 128] : 0.0f;
+        } else {
+          const float* xp = static_cast<const float*>(a.x) + r * a.x_stride + g * a.in + k0;
+          for (int q = 0; q < 4; ++q) {
+            float4 v = make_float4(0, 0, 0, 0);
+            if (active) v = __ldg(reinterpret_cast<const float4*>(xp) + q);
+            xd[mi][4 * q] = v.x;
+            xd[mi][4 * q + 1] = v.y;
+            xd[mi][4 * q + 2] = v.z;
+            xd[mi][4 * q + 3] = v.w;
+          }
+        }
+      }
+      for (int ol0 = 0; ol0 < nrows_tile; ol0 += RIF) {
+        WeightChunk<WT> wc[RIF];
+#pragma unroll
+        for (int j = 0; j < RIF; ++j)
+          if (active && ol0 + j < nrows_tile) {
+            const int64_t o = o_begin + ol0 + j;
+            wc[j].load(static_cast<const unsigned char*>(a.w) + o * a.in * (WT == kFp8 ? 1 : WT == kBf16 ? 2 : 4), k0);
+          }
+#pragma unroll
+        for (int j = 0; j < RIF; ++j) {
+          if (ol0 + j >= nrows_tile) break;  // warp-uniform
+          double p[MT];
+          for (int mi = 0; mi < MT; ++mi) p[mi] = 0.0;
+          if (active) {
+#pragma unroll
+            for (int i = 0; i < kLaneK; ++i) {
+              const double wd = wc[j].get(i, lut_lane);
+              for (int mi = 0; mi < MT; ++mi) p[mi] = __fma_rn(xd[mi][i], wd, p[mi]);
+            }
+          }
+          const int ol = ol0 + j;
+          if (WT == kFp8) {
+            const int64_t o = o_begin + ol, kb = k0 / 128;
+            const float swv = active ? e8m0_to_float(a.ws[(o / 128) * scols + kb]) : 0.0f;
+            for (int mi = 0; mi < MT; ++mi) {
+              double v = p[mi];
+              v += __shfl_xor_sync(0xffffffffu, v, 4);
+              v += __shfl_xor_sync(0xffffffffu, v, 2);
+              v += __shfl_xor_sync(0xffffffffu, v, 1);
+              if (active && (lane & 7) == 0) terms[(mi * a.rpc + ol) * kblocks + kb] = float(v) * (sx[mi] * swv);
+            }
+          } else {
+            for (int mi = 0; mi < MT; ++mi) {
+              const double v = warp_sum(p[mi]);
+              if (lane == 0) parts[(mi * a.rpc + ol) * nwarps + warp] += v;
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < mt * nrows_tile; i += blockDim.x) {
+      const int mi = i / nrows_tile, ol = i % nrows_tile;
+      const int64_t r = m0 + mi, o = o_begin + ol;
+      float v;
+      if (WT == kFp8) {
+        const float* t = terms + (mi * a.rpc + ol) * kblocks;
+        float acc = 0.0f;
+        for (int64_t kb = 0; kb < kblocks; ++kb) acc += t[kb];
+        v = a.round ? round_bf16(acc) : acc;
+      } else {
+        const double* pp = parts + (mi * a.rpc + ol) * nwarps;
+        double acc = 0.0;
+        for (int w = 0; w < nwarps; ++w) acc += pp[w];
+        v = float(acc);
+        if (a.round) v = round_bf16(v);
+        if (a.post_scale != 0.0f) v = round_bf16(v * a.post_scale);
+      }
+      a.y[r * a.out + o] = v;
+    }
+    __syncthreads();
+  }
+}
+
+// Launch shape: warps = K slices (≤ 16), rows per CTA so that ~2 CTAs per SM exist, capped by
+// the shared memory for the per-row reduction buffer.
+template <int WT>
+void launch_skinny(SkinnyArgs a, cudaStream_t s) {
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  const int64_t nslices = (a.in + kSlice - 1) / kSlice;
+  const int nwarps = int(std::min<int64_t>(kMaxWarps, nslices));
+  const int MT = a.rows == 1 ? 1 : 2;
+  const int64_t groups = a.out / a.opg;
+  const int64_t per_red = WT == kFp8 ? MT * (a.in / 128) * 4 : int64_t(MT) * nwarps * 8;
+  const int64_t budget = 48 * 1024 - (WT == kFp8 ? kLutBytes : 0);
+  int64_t rpc = (a.out + 2 * sms - 1) / (2 * sms);
+  rpc = std::max<int64_t>(1, std::min<int64_t>({rpc, 64, a.opg, budget / per_red}));
+  a.rpc = int(rpc);
+  a.tiles_per_group = (a.opg + rpc - 1) / rpc;
+  const size_t smem = size_t(WT == kFp8 ? kLutBytes : 0) + size_t(rpc * per_red);
+  const dim3 grid(static_cast<unsigned>(groups * a.tiles_per_group));
+  if (MT == 1) skinny_kernel<WT, 1><<<grid, nwarps * 32, smem, s>>>(a);
+  else skinny_kernel<WT, 2><<<grid, nwarps * 32, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// RMSNorm with the row held in registers: VPT float4 per thread (dim ≤ VPT·4·256), one read of
+// x and w, all loads issued before the block reduction (the strided loop of rms_norm_kernel
+// waited on one load round trip per few elements). Double sum in a fixed block order.
+template <int VPT>
+__global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                           int64_t dim, float eps, float* __restrict__ y) {
+  __shared__ double red[32];
+  const int64_t nvec = dim / 4;
+  const float4* xr = reinterpret_cast<const float4*>(x + int64_t(blockIdx.x) * dim);
+  float4 v[VPT];
+  double ss = 0.0;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;
+    v[i] = j < nvec ? __ldg(xr + j) : make_float4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    ss += double(v[i].x) * double(v[i].x);
+    ss += double(v[i].y) * double(v[i].y);
+    ss += double(v[i].z) * double(v[i].z);
+    ss += double(v[i].w) * double(v[i].w);
+  }
+  ss = block_sum(ss, red);
+  const float ms = float(ss / double(dim));
+  const float rs = 1.0f / sqrtf(ms + eps);
+  float4* yr = reinterpret_cast<float4*>(y + int64_t(blockIdx.x) * dim);
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;
+    if (j < nvec) {
+      const float4 wv = __ldg(reinterpret_cast<const float4*>(w) + j);
+      yr[j] = make_float4(round_bf16(wv.x * (v[i].x * rs)), round_bf16(wv.y * (v[i].y * rs)),
+                          round_bf16(wv.z * (v[i].z * rs)), round_bf16(wv.w * (v[i].w * rs)));
+    }
+  }
+}
+
 dim3 warp_grid(int64_t out, int64_t rows) {
   DSV4_CHECK(rows <= 65535, "too many rows for one launch: ", rows);
   return dim3(static_cast<unsigned>((out + kWarps - 1) / kWarps), static_cast<unsigned>(rows));
@@ -165,6 +458,13 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   wrows8 * (double(out) * in + double((out + 127) / 128) * ((in + 127) / 128)) +
                       xrows8 * in * (1 + 4.0 / 128) + double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  if (ids == nullptr && rows <= kSkinnyMaxRows && aligned16(xq) && aligned16(w)) {
+    SkinnyArgs a{.x = xq, .xs = xs, .x_row_div = x_row_div, .x_stride = in, .w = w, .ws = ws, .rows = rows,
+                 .out = out, .in = in, .opg = out, .tiles_per_group = 1, .rpc = 1, .round = round_out,
+                 .post_scale = 0.0f, .y = y};
+    launch_skinny<kFp8>(a, s);
+    return;
+  }
   lin8_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
   CUDA_CHECK_LAUNCH();
 }
@@ -190,6 +490,16 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
   prof::Launch pl(w_bf16 ? "dense_linear (bf16)" : "dense_linear (fp32)",
                   double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * x_stride * 4 + double(rows) * out * 4, s,
                   [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  const int64_t opg = out_per_group > 0 ? out_per_group : out;
+  if (rows <= kSkinnyMaxRows && in % kLaneK == 0 && x_stride % 4 == 0 && out % opg == 0 && aligned16(x) &&
+      aligned16(w)) {
+    SkinnyArgs a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = nullptr, .rows = rows,
+                 .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .rpc = 1, .round = round_bf16,
+                 .post_scale = post_scale, .y = y};
+    if (w_bf16) launch_skinny<kBf16>(a, s);
+    else launch_skinny<kF32>(a, s);
+    return;
+  }
   dense_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(x, x_stride, w, w_bf16, out, in,
                                                            out_per_group, round_bf16, post_scale, y);
   CUDA_CHECK_LAUNCH();
@@ -200,7 +510,16 @@ void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, fl
   if (rows == 0) return;
   prof::Launch pl("rms_norm", double(rows) * dim * 8 + double(dim) * 4, s,
                   [&] { return "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim); });
-  rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, s>>>(x, w, dim, eps, y);
+  const int64_t per = (dim / 4 + 255) / 256;  // float4 per thread
+  if (dim % 4 == 0 && per <= 4 && aligned16(x) && aligned16(w) && aligned16(y)) {
+    const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, ((dim / 4 + 31) / 32) * 32));
+    const unsigned grid = static_cast<unsigned>(rows);
+    if (per == 1) rms_norm_vec_kernel<1><<<grid, threads, 0, s>>>(x, w, dim, eps, y);
+    else if (per == 2) rms_norm_vec_kernel<2><<<grid, threads, 0, s>>>(x, w, dim, eps, y);
+    else rms_norm_vec_kernel<4><<<grid, threads, 0, s>>>(x, w, dim, eps, y);
+  } else {
+    rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, s>>>(x, w, dim, eps, y);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,10 +1,13 @@
 // Manifold-constrained hyper-connections (spec §4.3) on the GPU.
 //
 // Design: the fn projection runs as a dense fp32 linear (linear.cu); these kernels do the
-// rest per token with one block: the stream RMS (double sum over hc·D values), the tiny
-// Sinkhorn split on one thread (n·(2+n) values, 20 iterations, the exact operation order of
+// rest per token with one block (hc = 4 takes the register-resident fast path below, with
+// the Sinkhorn split spread over one warp): the stream RMS (double sum over hc·D values), the
+// tiny Sinkhorn split on one thread (n·(2+n) values, 20 iterations, the exact operation order of
 // numerics/sinkhorn.cpp), and the weighted stream sums with the CPU's fp32 summation order.
 // Shapes: streams [n, hc, D], mixes [n, M], post [n, hc], comb [n, hc, hc].
+#include <cstdint>
+
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
@@ -112,6 +115,117 @@ __global__ void hc_head_kernel(const float* __restrict__ streams, const float* _
   weighted_sum(X, pre_s, hc, dim, y + t * dim);
 }
 
+// ---- Fast path (hc = 4, D ≤ 8192, D % 4 == 0): one block of 512 threads per token ----------
+// Thread i holds float4 i, i+512, ... of every stream in registers: one read of the token's
+// streams, the RMS as a fixed-order double block sum, and the weighted sum from registers.
+// The Sinkhorn split runs on one warp, lane i·4+j owning comb[i][j]: a row (column) pass only
+// reads its row (column), so each lane redoes exactly the reference's sequential sum over it
+// (shuffles in index order) and its own division — the same operations in the same order as
+// the single-thread sinkhorn_split, so the results are bit-identical.
+constexpr int kFastHc = 4, kFastThreads = 512, kFastVpt = 4;
+
+__device__ void sinkhorn_split_warp(const float* mixes_raw_t, float rs, const float* scale, const float* base,
+                                    int iters, float eps, float* pre_s, float* post_t, float* comb_t) {
+  constexpr int n = kFastHc;
+  const int lane = threadIdx.x & 31;
+  const int L = lane & 15, i = L / n, j = L % n;
+  const float mix = mixes_raw_t[2 * n + L] * rs;
+  float c = fmaf(mix, scale[2], base[2 * n + L]);
+  float m = c;
+  for (int jj = 0; jj < n; ++jj) {
+    const float v = __shfl_sync(0xffffffffu, c, i * n + jj);
+    if (jj == 0) m = v;
+    else m = fmaxf(m, v);
+  }
+  const float e = dexpf(c - m);
+  float sum = 0.0f;
+  for (int jj = 0; jj < n; ++jj) sum += __shfl_sync(0xffffffffu, e, i * n + jj);
+  c = e / sum + eps;
+  auto col_pass = [&] {
+    float s = 0.0f;
+    for (int ii = 0; ii < n; ++ii) s += __shfl_sync(0xffffffffu, c, ii * n + j);
+    c = c / (s + eps);
+  };
+  auto row_pass = [&] {
+    float s = 0.0f;
+    for (int jj = 0; jj < n; ++jj) s += __shfl_sync(0xffffffffu, c, i * n + jj);
+    c = c / (s + eps);
+  };
+  col_pass();
+  for (int it = 0; it < iters - 1; ++it) {
+    row_pass();
+    col_pass();
+  }
+  if (lane < n * n) comb_t[lane] = c;
+  if (lane < n) {
+    pre_s[lane] = sigmoidf_ref(fmaf(mixes_raw_t[lane] * rs, scale[0], base[lane])) + eps;
+    post_t[lane] = 2.0f * sigmoidf_ref(fmaf(mixes_raw_t[n + lane] * rs, scale[1], base[n + lane]));
+  }
+}
+
+template <bool kHead>
+__global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __restrict__ streams,
+                                                             const float* __restrict__ mixes_raw, int64_t dim,
+                                                             const float* scale, const float* base, HcDeviceParams p,
+                                                             float* x, float* post, float* comb) {
+  __shared__ double red[32];
+  __shared__ float pre_s[kFastHc];
+  constexpr int hc = kFastHc;
+  const int64_t t = blockIdx.x, nvec = dim / 4;
+  const float4* X = reinterpret_cast<const float4*>(streams + t * hc * dim);
+  float4 v[hc][kFastVpt];
+  double ss = 0.0;
+#pragma unroll
+  for (int s = 0; s < hc; ++s)
+#pragma unroll
+    for (int q = 0; q < kFastVpt; ++q) {
+      const int64_t k = threadIdx.x + int64_t(q) * kFastThreads;
+      v[s][q] = k < nvec ? __ldg(X + s * nvec + k) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+  for (int s = 0; s < hc; ++s)
+#pragma unroll
+    for (int q = 0; q < kFastVpt; ++q) {
+      ss += double(v[s][q].x) * double(v[s][q].x);
+      ss += double(v[s][q].y) * double(v[s][q].y);
+      ss += double(v[s][q].z) * double(v[s][q].z);
+      ss += double(v[s][q].w) * double(v[s][q].w);
+    }
+  ss = block_sum(ss, red);
+  const float rs = 1.0f / sqrtf(float(ss / double(hc * dim)) + p.norm_eps);
+  if (threadIdx.x < 32) {
+    if (kHead) {
+      if (threadIdx.x < hc)
+        pre_s[threadIdx.x] = sigmoidf_ref(mixes_raw[t * hc + threadIdx.x] * rs * scale[0] + base[threadIdx.x]) + p.hc_eps;
+    } else {
+      sinkhorn_split_warp(mixes_raw + t * hc * (2 + hc), rs, scale, base, p.iters, p.hc_eps, pre_s, post + t * hc,
+                          comb + t * hc * hc);
+    }
+  }
+  __syncthreads();
+  const float p0 = pre_s[0], p1 = pre_s[1], p2 = pre_s[2], p3 = pre_s[3];
+  float4* xo = reinterpret_cast<float4*>(x + t * dim);
+  auto mix = [&](float a, float b, float c, float d) {
+    float s = p0 * a;
+    s += p1 * b;
+    s += p2 * c;
+    s += p3 * d;
+    return round_bf16(s);
+  };
+#pragma unroll
+  for (int q = 0; q < kFastVpt; ++q) {
+    const int64_t k = threadIdx.x + int64_t(q) * kFastThreads;
+    if (k < nvec)
+      xo[k] = make_float4(mix(v[0][q].x, v[1][q].x, v[2][q].x, v[3][q].x), mix(v[0][q].y, v[1][q].y, v[2][q].y, v[3][q].y),
+                          mix(v[0][q].z, v[1][q].z, v[2][q].z, v[3][q].z), mix(v[0][q].w, v[1][q].w, v[2][q].w, v[3][q].w));
+  }
+}
+
+bool hc_fast_ok(int hc, int64_t dim, const void* streams, const void* out) {
+  return hc == kFastHc && dim % 4 == 0 && dim <= int64_t(kFastThreads) * kFastVpt * 4 &&
+         (reinterpret_cast<uintptr_t>(streams) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+}
+
 __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restrict__ post,
                                const float* __restrict__ comb, int64_t n, int64_t dim, int hc,
                                float* streams) {
@@ -139,7 +253,11 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
   if (n == 0) return;
   prof::Launch pl("hc_pre", double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(n) * p.hc * (3 + 2 * p.hc) * 4, s,
                   [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  hc_pre_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x, post, comb);
+  if (hc_fast_ok(p.hc, dim, streams, x))
+    hc_fast_kernel<false><<<static_cast<unsigned>(n), kFastThreads, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x,
+                                                                           post, comb);
+  else
+    hc_pre_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x, post, comb);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -157,7 +275,11 @@ void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int
   DSV4_CHECK(p.hc <= kMaxHc, "hc_mult ", p.hc, " > ", kMaxHc);
   if (n == 0) return;
   prof::Launch pl("hc_head", double(n) * p.hc * dim * 4 + double(n) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  hc_head_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y);
+  if (hc_fast_ok(p.hc, dim, streams, y))
+    hc_fast_kernel<true><<<static_cast<unsigned>(n), kFastThreads, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y,
+                                                                          nullptr, nullptr);
+  else
+    hc_head_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // Row-wise pointwise kernels: bf16 head RMS, RoPE from a device cos/sin table, Q8/Q4
 // simulation, Walsh–Hadamard, embedding gather, bf16 add. Each reproduces the CPU function
-// named in ops.h bit for bit; sequential fp32 sums stay sequential (one thread per row).
+// named in ops.h bit for bit; sequential fp32 sums stay sequential (one thread adds a row's
+// terms in order; the terms themselves are formed in parallel where that helps).
 // Shapes are in ops.h; rows are independent, so every kernel is a plain grid over rows.
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
@@ -20,6 +21,40 @@ __global__ void head_rms_kernel(float* x, int64_t rows, int len, float eps) {
   const float mean = round_bf16(sum / float(len));
   const float rs = round_bf16(1.0f / sqrtf(round_bf16(mean + eps)));
   for (int i = 0; i < len; ++i) q[i] = round_bf16(q[i] * rs);
+}
+
+// Same result, one warp per row: the lanes form the bf16-rounded squares in parallel into
+// shared memory, lane 0 adds them in row order (the reference's sequential fp32 sum, a chain of
+// len dependent adds ≈ 1 µs at len 512 instead of len dependent load+multiply+round steps),
+// then every lane scales its share. Rows are independent, so warps are too.
+constexpr int kHeadRmsWarps = 4;
+__global__ void head_rms_warp_kernel(float* x, int64_t rows, int len, float eps) {
+  extern __shared__ __align__(16) float sq_all[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = int64_t(blockIdx.x) * kHeadRmsWarps + warp;
+  if (r >= rows) return;  // warp-uniform
+  float* sq = sq_all + warp * len;
+  float* q = x + r * len;
+  for (int i = lane; i < len; i += 32) sq[i] = round_bf16(q[i] * q[i]);
+  __syncwarp();
+  float rs = 0.0f;
+  if (lane == 0) {
+    float sum = 0.0f;
+    const float4* s4 = reinterpret_cast<const float4*>(sq);
+    int i = 0;
+    for (; i + 4 <= len; i += 4) {
+      const float4 v = s4[i / 4];
+      sum += v.x;
+      sum += v.y;
+      sum += v.z;
+      sum += v.w;
+    }
+    for (; i < len; ++i) sum += sq[i];
+    const float mean = round_bf16(sum / float(len));
+    rs = round_bf16(1.0f / sqrtf(round_bf16(mean + eps)));
+  }
+  rs = __shfl_sync(0xffffffffu, rs, 0);
+  for (int i = lane; i < len; i += 32) q[i] = round_bf16(q[i] * rs);
 }
 
 __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos,
@@ -99,7 +134,12 @@ unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((
 void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t s) {
   if (rows == 0) return;
   prof::Launch pl("head_rms", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
-  head_rms_kernel<<<blocks_for(rows, 128), 128, 0, s>>>(x, rows, len, eps);
+  if (len % 4 == 0 && len <= 2048) {  // ≤ 32 KB of shared memory per block
+    const size_t smem = size_t(kHeadRmsWarps) * len * sizeof(float);
+    head_rms_warp_kernel<<<blocks_for(rows, kHeadRmsWarps), kHeadRmsWarps * 32, smem, s>>>(x, rows, len, eps);
+  } else {
+    head_rms_kernel<<<blocks_for(rows, 128), 128, 0, s>>>(x, rows, len, eps);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,222 @@
+// Benchmark of the decode-size linears and per-layer small kernels (issue 8) at
+// DeepSeek-V4-Flash TP2 shapes, following performance.md: an HBM read probe in the same run,
+// random non-NaN e4m3 codes / bf16 / fp32 weights, enough weight copies cycled that every
+// call streams its weights from HBM (≥ 256 MB per replay, > L2), CUDA-graph timing of 20
+// calls per replay, median / min over the replays. Bytes per call = the launcher's profiler
+// account (weights + scales + activations in + out). Small kernels (hc_pre, head_rms,
+// rms_norm) run on L2-resident data: µs per call is what matters there.
+// Usage: gpu_linear_bench [replays]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/ops.h"
+
+using namespace dsv4::gpu;
+
+namespace {
+
+constexpr int kCalls = 20;
+
+__global__ void read_kernel(const uint4* p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Timing {
+  float med_us, min_us;
+};
+
+// Captures body(i) for i in [0, kCalls) into one graph and times `replays` replays.
+Timing time_graph(const std::function<void(int, cudaStream_t)>& body, int replays) {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < kCalls; ++i) body(i, s);  // warm-up outside the graph
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) body(i, s);
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> us;
+  for (int r = 0; r < replays + 2; ++r) {
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    CUDA_CHECK(cudaGraphLaunch(ge, s));
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 2) us.push_back(ms * 1e3f / kCalls);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  CUDA_CHECK(cudaStreamDestroy(s));
+  return {median(us), *std::min_element(us.begin(), us.end())};
+}
+
+double g_hbm = 0;  // bytes/s from the probe
+
+void report(const char* kind, const std::string& name, int64_t M, double bytes, Timing t) {
+  const double gbs = bytes / (t.med_us * 1e-6) / 1e9;
+  std::printf("%-10s %-28s M=%-3lld %9.2f us (min %8.2f) %11.0f B %8.1f GB/s %6.1f%% HBM\n", kind, name.c_str(),
+              static_cast<long long>(M), t.med_us, t.min_us, bytes, gbs, 100.0 * gbs * 1e9 / g_hbm);
+}
+
+int copies_for(double weight_bytes) {
+  return std::max(2, std::min(64, int(256e6 / weight_bytes) + 1));
+}
+
+struct Lin8Shape {
+  const char* name;
+  int64_t out, in;
+};
+struct DenseShape {
+  const char* name;
+  int64_t out, in, opg;  // opg > 0: grouped (x row = out/opg groups of in)
+  bool bf16;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs, build -arch=sm_90a -O3 --fmad=false\n", prop.name, prop.multiProcessorCount);
+  {
+    const size_t probe = size_t(2) << 30;
+    DeviceBuffer<uint8_t> buf(probe);
+    fill_random_e4m3(buf.get(), int64_t(probe), 1, nullptr);
+    DeviceBuffer<uint32_t> sink(1);
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> ms_v;
+    for (int i = 0; i < 12; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0));
+      read_kernel<<<prop.multiProcessorCount * 4, 1024>>>(reinterpret_cast<const uint4*>(buf.get()), probe / 16,
+                                                          sink.get());
+      CUDA_CHECK(cudaEventRecord(e1));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 2) ms_v.push_back(ms);
+    }
+    g_hbm = probe / (median(ms_v) * 1e-3);
+    std::printf("HBM read probe: %.1f GB, median %.3f ms, %.1f GB/s\n\n", probe / 1e9, median(ms_v), g_hbm / 1e9);
+  }
+  const int64_t Ms[] = {1, 8, 16, 64};
+  const int64_t Mmax = 64;
+
+  // ---- lin8 (FP8 block-scaled) -------------------------------------------------------------
+  const Lin8Shape lin8s[] = {{"wq_a 1024x4096", 1024, 4096},       {"wkv 512x4096", 512, 4096},
+                             {"wq_b 16384x1024", 16384, 1024},     {"wo_b 4096x4096", 4096, 4096},
+                             {"shared w1/w3 1024x4096", 1024, 4096}, {"shared w2 4096x1024", 4096, 1024},
+                             {"idx wq_b 4096x1024", 4096, 1024}};
+  for (const auto& sh : lin8s) {
+    const int64_t wb = sh.out * sh.in, sb = ((sh.out + 127) / 128) * ((sh.in + 127) / 128);
+    const int nc = copies_for(double(wb));
+    DeviceBuffer<uint8_t> w(wb * nc), ws(sb * nc), xq(Mmax * sh.in);
+    DeviceBuffer<float> xs(Mmax * sh.in / 128), y(Mmax * sh.out);
+    fill_random_e4m3(w.get(), wb * nc, 3, nullptr);
+    fill_e8m0(ws.get(), sb * nc, 120, nullptr);
+    fill_random_e4m3(xq.get(), Mmax * sh.in, 4, nullptr);
+    fill_random_f32(xs.get(), Mmax * sh.in / 128, 0.0f, 0.01f, 5, nullptr);
+    for (int64_t M : Ms) {
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            const int c = i % nc;
+            lin8(xq.get(), xs.get(), M, 1, w.get() + c * wb, ws.get() + c * sb, sh.out, sh.in, nullptr, y.get(), s);
+          },
+          replays);
+      report("lin8", sh.name, M, double(wb + sb) + M * sh.in * (1 + 4.0 / 128) + M * sh.out * 4.0, t);
+    }
+  }
+  std::printf("\n");
+
+  // ---- dense bf16 / fp32 ---------------------------------------------------------------------
+  const DenseShape dens[] = {{"wo_a grouped 4x1024x4096", 4096, 4096, 1024, true},
+                             {"compressor 1024x4096", 1024, 4096, 0, true},
+                             {"compressor 512x4096", 512, 4096, 0, true},
+                             {"idx compressor 256x4096", 256, 4096, 0, true},
+                             {"gate 256x4096", 256, 4096, 0, true},
+                             {"weights_proj 64x4096", 64, 4096, 0, true},
+                             {"head 64640x4096", 64640, 4096, 0, true},
+                             {"hc fn fp32 24x16384", 24, 16384, 0, false},
+                             {"hc_head fn fp32 4x16384", 4, 16384, 0, false}};
+  for (const auto& sh : dens) {
+    const int64_t es = sh.bf16 ? 2 : 4, wb = sh.out * sh.in * es;
+    const int64_t xstride = sh.opg > 0 ? (sh.out / sh.opg) * sh.in : sh.in;
+    const int nc = copies_for(double(wb));
+    DeviceBuffer<uint8_t> w(wb * nc);
+    DeviceBuffer<float> x(Mmax * xstride), y(Mmax * sh.out);
+    if (sh.bf16) fill_random_bf16(reinterpret_cast<uint16_t*>(w.get()), wb * nc / 2, 0.05f, 0.0f, 6, nullptr);
+    else fill_random_f32(reinterpret_cast<float*>(w.get()), wb * nc / 4, 0.05f, 0.0f, 6, nullptr);
+    fill_random_f32(x.get(), Mmax * xstride, 1.0f, 0.0f, 7, nullptr);
+    for (int64_t M : Ms) {
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            const int c = i % nc;
+            dense_linear(x.get(), M, xstride, w.get() + c * wb, sh.bf16, sh.out, sh.in, sh.opg, sh.bf16, 0.0f, y.get(), s);
+          },
+          replays);
+      report(sh.bf16 ? "dense bf16" : "dense fp32", sh.name, M, double(wb) + M * xstride * 4.0 + M * sh.out * 4.0, t);
+    }
+  }
+  std::printf("\n");
+
+  // ---- small per-layer kernels (L2-resident inputs) ------------------------------------------
+  const int64_t D = 4096, hc = 4, Mix = hc * (2 + hc);
+  DeviceBuffer<float> streams(Mmax * hc * D), mixes(Mmax * Mix), scale(3), base(Mix), xo(Mmax * D), post(Mmax * hc),
+      comb(Mmax * hc * hc), q(Mmax * 32 * 512), nw(D), yo(Mmax * D);
+  fill_random_f32(streams.get(), Mmax * hc * D, 1.0f, 0.0f, 8, nullptr);
+  fill_random_f32(mixes.get(), Mmax * Mix, 10.0f, 0.0f, 9, nullptr);
+  fill_random_f32(scale.get(), 3, 0.1f, 1.0f, 10, nullptr);
+  fill_random_f32(base.get(), Mix, 0.1f, 0.0f, 11, nullptr);
+  fill_random_f32(q.get(), Mmax * 32 * 512, 1.0f, 0.0f, 12, nullptr);
+  fill_random_f32(nw.get(), D, 0.1f, 1.0f, 13, nullptr);
+  for (int64_t M : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    Timing t = time_graph(
+        [&](int, cudaStream_t s) {
+          hc_pre_finish(streams.get(), mixes.get(), M, D, scale.get(), base.get(), HcDeviceParams{}, xo.get(),
+                        post.get(), comb.get(), s);
+        },
+        replays);
+    report("small", "hc_pre D=4096", M, M * (hc * D * 4.0 + D * 4.0 + hc * (3 + 2 * hc) * 4.0), t);
+    t = time_graph([&](int, cudaStream_t s) { hc_head_finish(streams.get(), mixes.get(), M, D, scale.get(), base.get(), HcDeviceParams{}, xo.get(), s); },
+                   replays);
+    report("small", "hc_head D=4096", M, M * (hc * D * 4.0 + D * 4.0), t);
+    t = time_graph([&](int, cudaStream_t s) { head_rms_bf16_rows(q.get(), M * 32, 512, 1e-6f, s); }, replays);
+    report("small", "head_rms 32 heads x 512", M, M * 32 * 512 * 8.0, t);
+    for (int64_t dim : {int64_t{4096}, int64_t{1024}, int64_t{512}}) {
+      t = time_graph([&](int, cudaStream_t s) { rms_norm_rows(xo.get(), nw.get(), M, dim, 1e-6f, yo.get(), s); }, replays);
+      report("small", "rms_norm dim=" + std::to_string(dim), M, M * dim * 8.0 + dim * 4.0, t);
+    }
+    t = time_graph([&](int, cudaStream_t s) { hc_post(xo.get(), post.get(), comb.get(), M, D, int(hc), streams.get(), s); },
+                   replays);
+    report("small", "hc_post D=4096", M, M * D * 4.0 + M * hc * D * 8.0, t);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return 0;
+}
