@@ -3,12 +3,12 @@
 # `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
-# Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,tp,flash] [bench-layers]
+# Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,lin,tp,flash] [bench-layers]
 #   tp:    tensor parallelism TP2 vs TP1 and the one-shot all-reduce test + latency vs NCCL (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
 #          weights over FLASH_TP GPUs (default 2): time to ready + decode at each of FLASH_BATCHES
 #          (space-separated, default "1"), FLASH_CONTEXT (8192).
 #   tp and flash run only when named in --only.
-#   moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
+#   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
 # A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
 # then use BUILD=data/devbuild TOKENIZER=data/devbuild/tokenizer/tokenizer.json.
@@ -17,7 +17,7 @@
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-device_logs}
-ONLY=kernels,decode,golden,bench,serve,profile,moe,attn
+ONLY=kernels,decode,golden,bench,serve,profile,moe,attn,lin
 if [ -f data/devpack/devbuild.tar.xz ] && [ ! -d data/devbuild ]; then
   tar -C data -xJf data/devpack/devbuild.tar.xz
 fi
@@ -125,6 +125,7 @@ flash_serve() {
 
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe_test timeout 60 "$BUILD/src/gpu/moe_grouped_test"
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15
+want lin && [ -x "$BUILD/src/gpu/gpu_linear_bench" ] && run linear_bench timeout 120 "$BUILD/src/gpu/gpu_linear_bench" 9
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
 want tp && [ -x "$BUILD/src/gpu/gpu_tp_test" ] && run tp_test timeout 180 "$BUILD/src/gpu/gpu_tp_test"
