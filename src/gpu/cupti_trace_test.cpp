@@ -35,7 +35,9 @@ TEST(CuptiTrace, AttributesGraphReplaysToLaunchers) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   std::string why;
   if (!cupti::load(&why)) GTEST_SKIP() << why;
-  constexpr int64_t kRows = 2, kIn = 256, kOut = 64;
+  // 80 rows: above the skinny decode-size kernels (≤ 64 rows, one function per weight type),
+  // so the fp32 and bf16 dense launches below share the general kernel function.
+  constexpr int64_t kRows = 80, kIn = 256, kOut = 64;
   DeviceBuffer<float> x(kRows * kIn), norm_w(kIn), xn(kRows * kIn), w(kOut * kIn), y(kRows * kOut),
       y2(kRows * kOut);
   x.fill_bytes(0);

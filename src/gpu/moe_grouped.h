@@ -70,7 +70,8 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the two GEMM
 // launches — 0: 8 warps × 4-stage rings (default), 1: 11 warps × 3-stage rings; 2 and 3:
-// the same two streaming the weights without the math (diagnostic only: wrong results).
-void moe_grouped_set_pipeline(int variant);
+// the same two streaming the weights without the math (diagnostic only: wrong results, so
+// refused unless allow_diagnostic).
+void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
 }  // namespace dsv4::gpu

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
   for (const char* v = variants; *v; ++v) {
-    moe_grouped_set_pipeline(*v - '0');
+    moe_grouped_set_pipeline(*v - '0', /*allow_diagnostic=*/true);
     rng.seed(7);  // the same routing sets for every variant
     std::printf("pipeline variant %c\n", *v);
     std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",

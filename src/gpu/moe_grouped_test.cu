@@ -12,6 +12,7 @@
 
 #include "cpu/moe.h"
 #include "gpu/cuda_check.h"
+#include "base/check.h"
 #include "gpu/moe_grouped.h"
 #include "model/make_tiny.h"
 #include "numerics/formats.h"
@@ -202,6 +203,16 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   }
   moe_grouped_set_pipeline(0);
   if (c.scale_base >= -3) EXPECT_GT(clamped, 0);
+}
+
+// The load-only variants give wrong results: refused unless a benchmark asks for them.
+TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
+  EXPECT_THROW(moe_grouped_set_pipeline(2), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(3), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(4, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(2, true));
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(1));
+  moe_grouped_set_pipeline(0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

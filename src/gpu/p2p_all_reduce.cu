@@ -22,6 +22,21 @@ struct OneShotArgs {
 __device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// Peer data: volatile (= relaxed, system scope) loads, never served from a stale cached copy
+// of the peer's lines (ld.cv is only a cache hint).
+__device__ __forceinline__ float4 load_peer(const float4* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float load_peer(const float* p) {
+  float v;
+  asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -49,6 +64,7 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x)
     reinterpret_cast<float4*>(mine)[i] = reinterpret_cast<const float4*>(a.x)[i];
   for (int64_t i = hi4 * 4 + threadIdx.x; i < hi; i += blockDim.x) mine[i] = a.x[i];
+  __threadfence_system();  // every writer: its slice part visible to the peers before the flag
   __syncthreads();
 
   if (threadIdx.x < a.size && static_cast<int>(threadIdx.x) != a.rank) {
@@ -67,7 +83,7 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int r = 0; r < a.size; ++r) {
       const float4 v = r == a.rank ? reinterpret_cast<const float4*>(a.x)[i]
-                                   : __ldcv(reinterpret_cast<const float4*>(a.buffers[r] + parity_offset) + i);
+                                   : load_peer(reinterpret_cast<const float4*>(a.buffers[r] + parity_offset) + i);
       if (r == 0) {
         s = v;
       } else {
@@ -79,7 +95,7 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   for (int64_t i = hi4 * 4 + threadIdx.x; i < hi; i += blockDim.x) {
     float s = 0.f;
     for (int r = 0; r < a.size; ++r) {
-      const float v = r == a.rank ? a.x[i] : __ldcv(a.buffers[r] + parity_offset + i);
+      const float v = r == a.rank ? a.x[i] : load_peer(a.buffers[r] + parity_offset + i);
       s = r == 0 ? v : s + v;
     }
     a.x[i] = s;

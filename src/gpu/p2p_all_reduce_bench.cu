@@ -31,6 +31,8 @@ double time_per_call(TpGroup& threads, int64_t count, const Call& call) {
     CUDA_CHECK(cudaMemset(x.get(), 0, count * sizeof(float)));
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    call(r, x.get(), count, s);  // eager first: NCCL sets its connections up outside the capture
+    CUDA_CHECK(cudaStreamSynchronize(s));
     cudaGraph_t g;
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));

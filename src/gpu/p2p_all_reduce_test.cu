@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/cuda_check.h"
@@ -37,8 +38,14 @@ std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& parts) 
   return s;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+// "" when a and b have the same bits, else where they first differ.
+std::string first_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return "element " + std::to_string(i) + " of " + std::to_string(got.size()) + ": got " + std::to_string(got[i]) +
+             ", want " + std::to_string(want[i]);
+  return "";
 }
 
 TEST(P2pAllReduce, EagerCallsMatchTheRankOrderSumBitwise) {
@@ -47,11 +54,12 @@ TEST(P2pAllReduce, EagerCallsMatchTheRankOrderSumBitwise) {
   P2pAllReduce ar(kRanks, 1 << 18);
   // Varying counts (parities alternate, slices move between blocks), one misaligned pointer.
   const std::vector<int64_t> counts = {1, 3, 4, 5, 23, 96, 1000, 4096, 4096 * 8 + 3, 65536, 262143, 1 << 18, 7, 4096};
-  for (size_t c = 0; c < counts.size(); ++c) {
+  for (size_t call = 0; call < 3 * counts.size(); ++call) {  // each count with both buffer parities
+    const size_t c = call % counts.size();
     const int64_t n = counts[c];
     const int64_t offset = c == 5 ? 1 : 0;  // x not 16-byte aligned
     std::vector<std::vector<float>> parts(kRanks), got(kRanks);
-    for (int r = 0; r < kRanks; ++r) parts[r] = random_values(n, 1000 * c + r);
+    for (int r = 0; r < kRanks; ++r) parts[r] = random_values(n, 1000 * call + r);
     threads.run([&](int r) {
       DeviceBuffer<float> x(static_cast<size_t>(n + offset));
       CUDA_CHECK(cudaMemcpy(x.get() + offset, parts[r].data(), n * sizeof(float), cudaMemcpyHostToDevice));
@@ -61,7 +69,7 @@ TEST(P2pAllReduce, EagerCallsMatchTheRankOrderSumBitwise) {
       CUDA_CHECK(cudaMemcpy(got[r].data(), x.get() + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
     });
     const auto want = rank_order_sum(parts);
-    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(same_bits(got[r], want)) << "count " << n << " rank " << r;
+    for (int r = 0; r < kRanks; ++r) ASSERT_EQ(first_difference(got[r], want), "") << "count " << n << " rank " << r;
   }
 }
 
@@ -99,7 +107,7 @@ TEST(P2pAllReduce, GraphReplaysWithNewInputs) {
       got[r] = x[r].download();
     });
     const auto want = rank_order_sum(parts);  // element-wise, so the call boundaries do not matter
-    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(same_bits(got[r], want)) << "replay " << replay << " rank " << r;
+    for (int r = 0; r < kRanks; ++r) ASSERT_EQ(first_difference(got[r], want), "") << "replay " << replay << " rank " << r;
   }
   threads.run([&](int r) {
     CUDA_CHECK(cudaGraphExecDestroy(execs[r]));
@@ -123,7 +131,7 @@ TEST(P2pAllReduce, TpGroupUsesItForSmallMessagesAndNcclAbove) {
       got[r] = x.download();
     });
     const auto want = rank_order_sum(parts);
-    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(same_bits(got[r], want)) << "count " << n << " rank " << r;
+    for (int r = 0; r < kRanks; ++r) ASSERT_EQ(first_difference(got[r], want), "") << "count " << n << " rank " << r;
   }
 }
 

@@ -85,8 +85,10 @@ size_t MoeGroupedWorkspace::bytes() const {
          y_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
 }
 
-void moe_grouped_set_pipeline(int variant) {
+void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
   DSV4_CHECK(variant >= 0 && variant <= 3, "grouped MoE: unknown pipeline variant ", variant);
+  DSV4_CHECK(variant <= 1 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
+             " streams weights without the math (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
 }
 
