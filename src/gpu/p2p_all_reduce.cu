@@ -59,11 +59,14 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   const int64_t lo = b * per < a.count ? b * per : a.count;
   const int64_t hi = lo + per < a.count ? lo + per : a.count;
   const int64_t lo4 = lo / 4, hi4 = a.vec4 ? hi / 4 : lo4;  // float4 part [lo4·4, hi4·4), then the tail
+  // The tail [tail, hi): never below lo (an empty slice at lo = hi = count must not redo the last
+  // elements another block owns).
+  const int64_t tail = hi4 * 4 > lo ? hi4 * 4 : lo;
 
   float* mine = a.buffers[a.rank] + parity_offset;
   for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x)
     reinterpret_cast<float4*>(mine)[i] = reinterpret_cast<const float4*>(a.x)[i];
-  for (int64_t i = hi4 * 4 + threadIdx.x; i < hi; i += blockDim.x) mine[i] = a.x[i];
+  for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) mine[i] = a.x[i];
   __threadfence_system();  // every writer: its slice part visible to the peers before the flag
   __syncthreads();
 
@@ -92,7 +95,7 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
     }
     reinterpret_cast<float4*>(a.x)[i] = s;
   }
-  for (int64_t i = hi4 * 4 + threadIdx.x; i < hi; i += blockDim.x) {
+  for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) {
     float s = 0.f;
     for (int r = 0; r < a.size; ++r) {
       const float v = r == a.rank ? a.x[i] : load_peer(a.buffers[r] + parity_offset + i);

@@ -1,6 +1,6 @@
 // Latency of the tensor-parallel all-reduce at decode sizes on 2 GPUs: the one-shot
-// peer-to-peer kernel (p2p_all_reduce.h) against NCCL's ncclAllReduce (TpGroup with
-// DSV4_TP_ALLREDUCE=nccl), fp32 [rows, 4096] for rows = 1, 8, 16, 64, 128.
+// peer-to-peer kernel (p2p_all_reduce.h) against NCCL's ncclAllReduce (TpGroup's default),
+// fp32 [rows, 4096] for rows = 1, 8, 16, 64, 128.
 // Each rank captures 50 back-to-back calls in one CUDA graph (launch overhead excluded, as in a
 // decode step's graph); µs per call = median over 15 replays / 50, measured on rank 0.
 // Bytes per call and rank = the peer's partial read over the link (count·4); "bus GB/s" is that
@@ -72,8 +72,8 @@ int main() {
   }
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  setenv("DSV4_TP_ALLREDUCE", "nccl", 1);
-  TpGroup nccl(kRanks);  // NCCL for every size
+  unsetenv("DSV4_TP_ALLREDUCE");
+  TpGroup nccl(kRanks);  // NCCL for every size (the default)
   P2pAllReduce p2p(kRanks, int64_t{128} * 4096);
   std::printf("device %s x%d; all-reduce of fp32 [rows, 4096], %d calls per CUDA graph, median of %d replays\n",
               prop.name, kRanks, kCalls, kReplays);

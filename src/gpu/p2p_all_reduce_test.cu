@@ -5,6 +5,7 @@
 // threads).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -118,7 +119,13 @@ TEST(P2pAllReduce, GraphReplaysWithNewInputs) {
 
 TEST(P2pAllReduce, TpGroupUsesItForSmallMessagesAndNcclAbove) {
   if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
+  {
+    TpGroup nccl_only(kRanks);  // the default: NCCL for every size
+    EXPECT_FALSE(nccl_only.uses_one_shot(4096));
+  }
+  setenv("DSV4_TP_ALLREDUCE", "p2p", 1);
   TpGroup group(kRanks);
+  unsetenv("DSV4_TP_ALLREDUCE");
   EXPECT_TRUE(group.uses_one_shot(4096));
   EXPECT_FALSE(group.uses_one_shot(TpGroup::kP2pMaxFloats + 1));
   for (int64_t n : {int64_t{4096}, TpGroup::kP2pMaxFloats + 4}) {  // one-shot, then NCCL: same sums for 2 ranks

@@ -141,8 +141,10 @@ TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
   std::vector<int> devs(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) devs[r] = r;
   NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), size, devs.data()));
-  const char* mode = std::getenv("DSV4_TP_ALLREDUCE");  // "nccl": never the one-shot kernel
-  if ((mode == nullptr || std::string(mode) != "nccl") && P2pAllReduce::supported(size))
+  // "p2p": the one-shot kernel for decode-sized sums (opt-in: on 2×H200 it measured no faster
+  // than NCCL 2.28 at 16 KiB–1 MiB, docs/architecture.md); otherwise NCCL for every size.
+  const char* mode = std::getenv("DSV4_TP_ALLREDUCE");
+  if (mode != nullptr && std::string(mode) == "p2p" && P2pAllReduce::supported(size))
     impl_->p2p = std::make_unique<P2pAllReduce>(size, kP2pMaxFloats);
   for (int r = 1; r < size; ++r) impl_->workers.push_back(std::make_unique<RankWorker>(r, [this] { impl_->abort(); }));
 #else

@@ -9,9 +9,9 @@
 // aborts its communicators, run() rethrows the first error, and every later run() throws
 // "tensor-parallel group unusable" naming it (the model must be reloaded).
 // all_reduce_sum(rank, x, count, stream): in-place fp32 sum of x [count] over the ranks
-// (the one-shot peer-to-peer kernel of p2p_all_reduce.h up to kP2pMaxFloats when every pair of
-// GPUs has peer access and DSV4_TP_ALLREDUCE is not "nccl", NCCL otherwise); the result is
-// identical on every rank.
+// (NCCL; with DSV4_TP_ALLREDUCE=p2p and peer access between every pair of GPUs, the one-shot
+// peer-to-peer kernel of p2p_all_reduce.h up to kP2pMaxFloats); the result is identical on
+// every rank.
 // transfer_bytes(rank, from, to, data, bytes, stream): point-to-point copy of `bytes` bytes from
 // rank `from`'s buffer into rank `to`'s buffer (NCCL send/recv), e.g. one GpuStatePool slot
 // received into another GPU's pool (prefill/decode disaggregation). Ranks `from` and `to` must
