@@ -15,6 +15,7 @@
 #include <set>
 #include <vector>
 
+#include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/moe_grouped.h"
 
@@ -39,23 +40,9 @@ __global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int mode) {
   }
 }
 
-__global__ void read_kernel(const uint4* p, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcs(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
 void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
   fill_kernel<<<1024, 256>>>(p, n, seed, mode);
   CUDA_CHECK_LAUNCH();
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -94,25 +81,10 @@ int main(int argc, char** argv) {
   }
   DeviceBuffer<MoeExpertPtrs> dptrs;
   dptrs.upload(ptrs);
-  DeviceBuffer<uint32_t> sink(1);
   // HBM read probe over the 3.4 GB of expert weights.
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> rt_ms;
-  for (int i = 0; i < 12; ++i) {
-    CUDA_CHECK(cudaEventRecord(e0));
-    read_kernel<<<prop.multiProcessorCount * 4, 1024>>>(reinterpret_cast<const uint4*>(experts.get()),
-                                                        experts.bytes() / 16, sink.get());
-    CUDA_CHECK(cudaEventRecord(e1));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 2) rt_ms.push_back(ms);
-  }
-  const double bw = experts.bytes() / (median(rt_ms) * 1e-3);
-  std::printf("HBM read probe: %.1f GB read, median %.3f ms, %.1f GB/s\n", experts.bytes() / 1e9, median(rt_ms),
-              bw / 1e9);
+  const double bw = bench::hbm_read_probe(experts.get(), experts.bytes() / 16 * 16, nullptr);
+  std::printf("HBM read probe: %.1f GB read, median %.3f ms, %.1f GB/s\n", experts.bytes() / 1e9,
+              experts.bytes() / bw * 1e3, bw / 1e9);
   std::printf("time to read 6 experts at that rate: %.2f us\n\n", 6 * kExpertBytes / bw * 1e6);
 
   const int Tmax = 256;
@@ -177,10 +149,7 @@ int main(int argc, char** argv) {
           moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
           CUDA_CHECK(cudaStreamSynchronize(st));
         }
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < NI; ++i) {
+        const auto us = bench::stats(bench::capture_and_time(st, NI, replays, [&](int i) {
           MoeGroupedArgs a;
           a.tokens = T;
           a.x = x.get();
@@ -190,27 +159,12 @@ int main(int argc, char** argv) {
           if (kind != 2) a.shared = sh[i % NSH];
           a.out = out.get();
           moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
-        }
-        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        std::vector<float> us;
-        for (int rep = 0; rep < replays + 2; ++rep) {
-          CUDA_CHECK(cudaEventRecord(e0, st));
-          CUDA_CHECK(cudaGraphLaunch(exec, st));
-          CUDA_CHECK(cudaEventRecord(e1, st));
-          CUDA_CHECK(cudaEventSynchronize(e1));
-          float ms;
-          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-          if (rep >= 2) us.push_back(ms * 1e3f / NI);
-        }
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
+        }));
         const double ex = kind == 3 ? 0 : distinct;
         const double bytes = ex * kExpertBytes + (kind != 2 ? kSharedBytes : 0) + 2.0 * T * D * 4;
-        const float med = median(us);
+        const float med = us.med;
         std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%%\n", kinds[kind], T, ex, bytes / 1e6, med,
-                    *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
-                    bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw);
+                    us.lo, us.hi, bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw);
       }
     }
     std::printf("\n");

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/p2p_all_reduce.h"
 #include "gpu/tp_group.h"
@@ -33,32 +34,11 @@ double time_per_call(TpGroup& threads, int64_t count, const Call& call) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     call(r, x.get(), count, s);  // eager first: NCCL sets its connections up outside the capture
     CUDA_CHECK(cudaStreamSynchronize(s));
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kCalls; ++i) call(r, x.get(), count, s);
-    CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (int rep = -2; rep < kReplays; ++rep) {  // two warm-up replays
-      CUDA_CHECK(cudaEventRecord(a, s));
-      CUDA_CHECK(cudaGraphLaunch(exec, s));
-      CUDA_CHECK(cudaEventRecord(b, s));
-      CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      if (r == 0 && rep >= 0) per_replay.push_back(ms * 1000.0f / kCalls);
-    }
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(g));
+    auto us = bench::capture_and_time(s, kCalls, kReplays, [&](int) { call(r, x.get(), count, s); });
+    if (r == 0) per_replay = std::move(us);
     CUDA_CHECK(cudaStreamDestroy(s));
   });
-  std::sort(per_replay.begin(), per_replay.end());
-  return per_replay[per_replay.size() / 2];
+  return bench::median(per_replay);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/sm90_indexer_topk.h"
 #include "gpu/sparse_decode.h"
@@ -57,65 +58,19 @@ __global__ void fill_bf16(uint16_t* p, int64_t n, uint32_t seed) {  // FP4-like 
     p[i] = uint16_t(__float_as_uint(v) >> 16);
   }
 }
-__global__ void read_kernel(const uint4* p, int64_t n, uint4* sink) {
-  uint32_t acc = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) sink[0] = make_uint4(acc, 0, 0, 0);
-}
-
-struct Stats { double med, lo, hi; };
+using Stats = bench::Stats<float>;
 
 // Captures kLaunches calls fn(i) in a graph, replays it; per-call µs statistics.
 Stats time_graph(cudaStream_t s, const std::function<void(int)>& fn, int reps = 20) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunches; ++i) fn(i);
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(ge, s));
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    CUDA_CHECK(cudaGraphLaunch(ge, s));
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0 / kLaunches);
-  }
-  std::sort(t.begin(), t.end());
-  CUDA_CHECK(cudaGraphExecDestroy(ge));
-  CUDA_CHECK(cudaGraphDestroy(g));
-  return {t[t.size() / 2], t.front(), t.back()};
+  return bench::stats(bench::capture_and_time(s, kLaunches, reps, fn));
 }
 
+// 4 GiB streaming read, GB/s.
 double read_bandwidth(cudaStream_t s) {
   const int64_t bytes = int64_t(4) << 30;
-  DeviceBuffer<uint4> buf(bytes / 16), sink(1);
+  DeviceBuffer<uint4> buf(bytes / 16);
   CUDA_CHECK(cudaMemset(buf.get(), 1, bytes));
-  std::vector<double> t;
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 12; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    read_kernel<<<132 * 8, 512, 0, s>>>(buf.get(), bytes / 16, sink.get());
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (i >= 2) t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return double(bytes) / (t[t.size() / 2] * 1e-3) / 1e9;
+  return bench::hbm_read_probe(buf.get(), bytes, s) / 1e9;
 }
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
