@@ -1,6 +1,8 @@
-// Linear layers and RMSNorm of the CUDA backend. Decode sizes (rows ≤ 64, non-expert) take the
-// skinny streaming kernels below (each weight byte read once per call; docs/decode-linears.md);
-// prefill and expert-indexed calls take the general kernels.
+// Linear layers and RMSNorm of the CUDA backend. Non-expert lin8 and bf16 dense linears of every
+// row count take the tensor-core kernels of linear_mma.cu (tolerance-equal to the CPU, bitwise
+// batch-invariant; docs/decode-linears.md). This file keeps: expert-indexed lin8 and lin4 (the
+// general kernels), fp32-weight dense linears (skinny kernel for rows ≤ 64, else general), and
+// the odd shapes the tensor-core path declines (in % 128 != 0, unaligned pointers).
 //
 // General design: one warp per (input row, output row). Lin8 walks the 128-wide K blocks in order;
 // each lane multiplies 4 e4m3 pairs (exact in fp32), the warp sums them in double (exact:
@@ -14,6 +16,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
+#include "gpu/linear_mma.h"
 #include "gpu/ops.h"
 #include "gpu/profiler.h"
 
@@ -458,6 +461,7 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   wrows8 * (double(out) * in + double((out + 127) / 128) * ((in + 127) / 128)) +
                       xrows8 * in * (1 + 4.0 / 128) + double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  if (ids == nullptr && mma::lin8(xq, xs, rows, x_row_div, w, ws, out, in, y, round_out, s)) return;
   if (ids == nullptr && rows <= kSkinnyMaxRows && aligned16(xq) && aligned16(w)) {
     SkinnyArgs a{.x = xq, .xs = xs, .x_row_div = x_row_div, .x_stride = in, .w = w, .ws = ws, .rows = rows,
                  .out = out, .in = in, .opg = out, .tiles_per_group = 1, .rpc = 1, .round = round_out,
@@ -491,6 +495,9 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
                   double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * x_stride * 4 + double(rows) * out * 4, s,
                   [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   const int64_t opg = out_per_group > 0 ? out_per_group : out;
+  if (w_bf16 && mma::dense_bf16(x, rows, x_stride, static_cast<const uint16_t*>(w), out, in, opg, round_bf16,
+                                post_scale, y, s))
+    return;
   if (rows <= kSkinnyMaxRows && in % kLaneK == 0 && x_stride % 4 == 0 && out % opg == 0 && aligned16(x) &&
       aligned16(w)) {
     SkinnyArgs a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = nullptr, .rows = rows,

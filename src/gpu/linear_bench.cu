@@ -1,4 +1,5 @@
-// Benchmark of the decode-size linears and per-layer small kernels (issue 8) at
+// Benchmark of the linears (decode M = 1..64 and prefill M = 512 / 4096; TFLOP/s for prefill)
+// and per-layer small kernels (issue 8) at
 // DeepSeek-V4-Flash TP2 shapes, following performance.md: an HBM read probe in the same run,
 // random non-NaN e4m3 codes / bf16 / fp32 weights, enough weight copies cycled that every
 // call streams its weights from HBM (≥ 256 MB per replay, > L2), CUDA-graph timing of 20
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/ops.h"
 
@@ -24,63 +26,30 @@ namespace {
 
 constexpr int kCalls = 20;
 
-__global__ void read_kernel(const uint4* p, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcs(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 struct Timing {
   float med_us, min_us;
 };
 
-// Captures body(i) for i in [0, kCalls) into one graph and times `replays` replays.
+// Warms body(i) for i in [0, kCalls) up eagerly, then times `replays` replays of one graph of them.
 Timing time_graph(const std::function<void(int, cudaStream_t)>& body, int replays) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int i = 0; i < kCalls; ++i) body(i, s);  // warm-up outside the graph
   CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) body(i, s);
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> us;
-  for (int r = 0; r < replays + 2; ++r) {
-    CUDA_CHECK(cudaEventRecord(e0, s));
-    CUDA_CHECK(cudaGraphLaunch(ge, s));
-    CUDA_CHECK(cudaEventRecord(e1, s));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 2) us.push_back(ms * 1e3f / kCalls);
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(ge));
-  CUDA_CHECK(cudaGraphDestroy(g));
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
+  const auto st = bench::stats(bench::capture_and_time(s, kCalls, replays, [&](int i) { body(i, s); }));
   CUDA_CHECK(cudaStreamDestroy(s));
-  return {median(us), *std::min_element(us.begin(), us.end())};
+  return {st.med, st.lo};
 }
 
 double g_hbm = 0;  // bytes/s from the probe
 
-void report(const char* kind, const std::string& name, int64_t M, double bytes, Timing t) {
+// flops > 0 (prefill rows): also TFLOP/s (2·M·out·in).
+void report(const char* kind, const std::string& name, int64_t M, double bytes, Timing t, double flops = 0) {
   const double gbs = bytes / (t.med_us * 1e-6) / 1e9;
-  std::printf("%-10s %-28s M=%-3lld %9.2f us (min %8.2f) %11.0f B %8.1f GB/s %6.1f%% HBM\n", kind, name.c_str(),
+  std::printf("%-10s %-28s M=%-4lld %9.2f us (min %8.2f) %11.0f B %8.1f GB/s %6.1f%% HBM", kind, name.c_str(),
               static_cast<long long>(M), t.med_us, t.min_us, bytes, gbs, 100.0 * gbs * 1e9 / g_hbm);
+  if (flops > 0) std::printf(" %7.1f TFLOP/s", flops / (t.med_us * 1e-6) / 1e12);
+  std::printf("\n");
 }
 
 int copies_for(double weight_bytes) {
@@ -108,26 +77,13 @@ int main(int argc, char** argv) {
     const size_t probe = size_t(2) << 30;
     DeviceBuffer<uint8_t> buf(probe);
     fill_random_e4m3(buf.get(), int64_t(probe), 1, nullptr);
-    DeviceBuffer<uint32_t> sink(1);
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> ms_v;
-    for (int i = 0; i < 12; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0));
-      read_kernel<<<prop.multiProcessorCount * 4, 1024>>>(reinterpret_cast<const uint4*>(buf.get()), probe / 16,
-                                                          sink.get());
-      CUDA_CHECK(cudaEventRecord(e1));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 2) ms_v.push_back(ms);
-    }
-    g_hbm = probe / (median(ms_v) * 1e-3);
-    std::printf("HBM read probe: %.1f GB, median %.3f ms, %.1f GB/s\n\n", probe / 1e9, median(ms_v), g_hbm / 1e9);
+    g_hbm = bench::hbm_read_probe(buf.get(), probe, nullptr);
+    std::printf("HBM read probe: %.1f GB, median %.3f ms, %.1f GB/s\n\n", probe / 1e9, probe / g_hbm * 1e3, g_hbm / 1e9);
   }
-  const int64_t Ms[] = {1, 8, 16, 64};
-  const int64_t Mmax = 64;
+  // Decode rows (weights streamed once: µs, GB/s, % HBM) and prefill rows (also TFLOP/s).
+  const int64_t Ms[] = {1, 8, 16, 64, 512, 4096};
+  const int64_t Mdecode = 64, Mmax = 4096;
+  auto flops_of = [](int64_t M, int64_t out, int64_t in) { return M > Mdecode ? 2.0 * M * out * in : 0.0; };
 
   // ---- lin8 (FP8 block-scaled) -------------------------------------------------------------
   const Lin8Shape lin8s[] = {{"wq_a 1024x4096", 1024, 4096},       {"wkv 512x4096", 512, 4096},
@@ -150,7 +106,8 @@ int main(int argc, char** argv) {
             lin8(xq.get(), xs.get(), M, 1, w.get() + c * wb, ws.get() + c * sb, sh.out, sh.in, nullptr, y.get(), s);
           },
           replays);
-      report("lin8", sh.name, M, double(wb + sb) + M * sh.in * (1 + 4.0 / 128) + M * sh.out * 4.0, t);
+      report("lin8", sh.name, M, double(wb + sb) + M * sh.in * (1 + 4.0 / 128) + M * sh.out * 4.0, t,
+             flops_of(M, sh.out, sh.in));
     }
   }
   std::printf("\n");
@@ -169,32 +126,36 @@ int main(int argc, char** argv) {
     const int64_t es = sh.bf16 ? 2 : 4, wb = sh.out * sh.in * es;
     const int64_t xstride = sh.opg > 0 ? (sh.out / sh.opg) * sh.in : sh.in;
     const int nc = copies_for(double(wb));
+    // Prefill rows only where the model runs them (not the LM head, not the fp32 hc projections).
+    const int64_t mmax = sh.bf16 && sh.out < 65536 / 2 ? Mmax : Mdecode;
     DeviceBuffer<uint8_t> w(wb * nc);
-    DeviceBuffer<float> x(Mmax * xstride), y(Mmax * sh.out);
+    DeviceBuffer<float> x(mmax * xstride), y(mmax * sh.out);
     if (sh.bf16) fill_random_bf16(reinterpret_cast<uint16_t*>(w.get()), wb * nc / 2, 0.05f, 0.0f, 6, nullptr);
     else fill_random_f32(reinterpret_cast<float*>(w.get()), wb * nc / 4, 0.05f, 0.0f, 6, nullptr);
-    fill_random_f32(x.get(), Mmax * xstride, 1.0f, 0.0f, 7, nullptr);
+    fill_random_f32(x.get(), mmax * xstride, 1.0f, 0.0f, 7, nullptr);
     for (int64_t M : Ms) {
+      if (M > mmax) continue;
       const Timing t = time_graph(
           [&](int i, cudaStream_t s) {
             const int c = i % nc;
             dense_linear(x.get(), M, xstride, w.get() + c * wb, sh.bf16, sh.out, sh.in, sh.opg, sh.bf16, 0.0f, y.get(), s);
           },
           replays);
-      report(sh.bf16 ? "dense bf16" : "dense fp32", sh.name, M, double(wb) + M * xstride * 4.0 + M * sh.out * 4.0, t);
+      report(sh.bf16 ? "dense bf16" : "dense fp32", sh.name, M, double(wb) + M * xstride * 4.0 + M * sh.out * 4.0, t,
+             flops_of(M, sh.out, sh.in));
     }
   }
   std::printf("\n");
 
   // ---- small per-layer kernels (L2-resident inputs) ------------------------------------------
   const int64_t D = 4096, hc = 4, Mix = hc * (2 + hc);
-  DeviceBuffer<float> streams(Mmax * hc * D), mixes(Mmax * Mix), scale(3), base(Mix), xo(Mmax * D), post(Mmax * hc),
-      comb(Mmax * hc * hc), q(Mmax * 32 * 512), nw(D), yo(Mmax * D);
-  fill_random_f32(streams.get(), Mmax * hc * D, 1.0f, 0.0f, 8, nullptr);
-  fill_random_f32(mixes.get(), Mmax * Mix, 10.0f, 0.0f, 9, nullptr);
+  DeviceBuffer<float> streams(Mdecode * hc * D), mixes(Mdecode * Mix), scale(3), base(Mix), xo(Mdecode * D), post(Mdecode * hc),
+      comb(Mdecode * hc * hc), q(Mdecode * 32 * 512), nw(D), yo(Mdecode * D);
+  fill_random_f32(streams.get(), Mdecode * hc * D, 1.0f, 0.0f, 8, nullptr);
+  fill_random_f32(mixes.get(), Mdecode * Mix, 10.0f, 0.0f, 9, nullptr);
   fill_random_f32(scale.get(), 3, 0.1f, 1.0f, 10, nullptr);
   fill_random_f32(base.get(), Mix, 0.1f, 0.0f, 11, nullptr);
-  fill_random_f32(q.get(), Mmax * 32 * 512, 1.0f, 0.0f, 12, nullptr);
+  fill_random_f32(q.get(), Mdecode * 32 * 512, 1.0f, 0.0f, 12, nullptr);
   fill_random_f32(nw.get(), D, 0.1f, 1.0f, 13, nullptr);
   for (int64_t M : {int64_t{1}, int64_t{16}, int64_t{64}}) {
     Timing t = time_graph(

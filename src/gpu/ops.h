@@ -16,8 +16,10 @@ namespace dsv4::gpu {
 // Q8 activation quantization (block 128): x [rows, in] → codes [rows, in], scales [rows, in/128].
 void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, float* scales,
                       cudaStream_t s);
-// Lin8: y [rows, out] = bf16(Σ_kb fp32(exact partial)·(s_x·s_w)); round_out = false keeps
-// the fp32 sum (a tensor-parallel partial, rounded after the all-reduce).
+// Lin8: y [rows, out] = bf16(Σ_kb fp32(partial)·(s_x·s_w)); round_out = false keeps the fp32
+// sum (a tensor-parallel partial, rounded after the all-reduce). Without ids: tensor cores,
+// block partials summed in fp32 (tolerance-equal to cpu::Fp8Linear, not bitwise); a row's
+// result never depends on the other rows of the call (batch invariance). With ids: exact.
 void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
           const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
           bool round_out = true);
@@ -25,8 +27,10 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
 void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
           const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
           bool round_out = true);
-// Dense linear in double, rounded to fp32 once (then to bf16 when round_bf16), then
-// optionally y = bf16(y·post_scale) (post_scale != 0). w_bf16 selects the weight dtype.
+// Dense linear rounded to fp32 once (then to bf16 when round_bf16), then optionally
+// y = bf16(y·post_scale) (post_scale != 0). w_bf16 selects the weight dtype: bf16 runs on
+// tensor cores (fp32 MMA sums, tolerance-equal to the CPU, batch-invariant), fp32 sums in
+// double (equal to the CPU up to a double's last bit).
 // Grouped: output row o reads x[(o / out_per_group)·in ...] inside a row of x_stride
 // (out_per_group = 0: no groups, x_stride = in).
 void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,

@@ -1,0 +1,295 @@
+// Tensor-core lin8 / bf16 dense linear for every row count (contract: linear_mma.h).
+//
+// MMA roles: weights are the A side (16 output rows per m-tile), activations the B side (8 rows
+// per n-fragment), D[o][r] accumulates in fp32. A CTA (8 warps) owns MT m-tiles × NF n-fragments
+// of the output; warp w walks the 128-wide K blocks w, w + 8, ... (all warps share the tile), so
+// a weight byte is read once per CTA and small-M calls still spread K over 8 warps × out/16 CTAs.
+// The eight warp accumulators meet in shared memory and add in warp order (linear_mma.h).
+//
+// Lane layout inside a K block: lane (g = lane/4, t = lane%4) owns bytes [32t, 32t+32) of its
+// rows (32 values: 32 bytes of e4m3 or 64 of bf16), loaded as 16-byte vectors. k16 step s
+// (0..7) feeds the MMA's logical k {2t, 2t+1} from physical k 32t+4s+{0,1} (bf16: the same
+// positions) and {2t+8, 2t+9} from 32t+4s+{2,3}; A and B use the same map, so each block's sum
+// is the same set of products in a fixed hardware order. Rows beyond `rows` / `out` read a
+// clamped valid row and are never stored.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/linear_mma.h"
+
+namespace dsv4::gpu::mma {
+namespace {
+
+constexpr int kWarps = 8;
+
+enum class Wt { kFp8, kBf16 };
+
+struct Args {
+  const void* x;       // lin8: e4m3 [rows / x_row_div, in]; dense: fp32 [rows, x_stride]
+  const float* xs;     // lin8: [rows / x_row_div, in / 128]
+  int x_row_div;       // lin8
+  int64_t x_stride;    // dense
+  const void* w;       // [out, in]
+  const uint8_t* ws;   // lin8: [ceil(out / 128), in / 128]
+  int64_t rows, out, in;
+  int64_t opg;         // output rows per group (out when not grouped)
+  int64_t tiles_per_group;
+  bool round;          // lin8 round_out / dense round_bf16
+  float post_scale;    // dense
+  float* y;            // [rows, out]
+};
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 codes (low byte = lower k) → f16x2 (low half = lower k); exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4* v, int q) {
+  const uint4& u = v[q >> 2];
+  const int j = q & 3;
+  return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
+}
+
+// MT m-tiles (16 output rows each) × NF n-fragments (8 input rows each) per CTA; KU K blocks per
+// warp loaded before any is consumed (bytes in flight for decode sizes).
+template <Wt WT, int MT, int NF, int KU>
+__global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
+  constexpr int ES = WT == Wt::kFp8 ? 1 : 2;     // weight bytes per value
+  constexpr int AV = WT == Wt::kFp8 ? 2 : 4;     // 16-byte vectors per row per lane per block
+  __shared__ float red[kWarps][NF * 8][MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * (NF * 8);
+  const int64_t grp = blockIdx.y / a.tiles_per_group, tile = blockIdx.y % a.tiles_per_group;
+  const int64_t o0 = grp * a.opg + tile * (MT * 16), o_end = (grp + 1) * a.opg;
+  const int64_t kblocks = a.in / 128;
+
+  const unsigned char* wr[MT][2];
+  int64_t srow[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t o = min(o0 + mt * 16 + g + 8 * h, o_end - 1);
+      wr[mt][h] = static_cast<const unsigned char*>(a.w) + (o * a.in + 32 * t) * ES;
+    }
+    srow[mt] = (min(o0 + mt * 16, o_end - 1) / 128) * kblocks;
+  }
+  const void* xb[NF];
+  const float* sxp[NF][2];
+#pragma unroll
+  for (int nf = 0; nf < NF; ++nf) {
+    const int64_t r = min(n0 + nf * 8 + g, a.rows - 1);
+    if (WT == Wt::kFp8) {
+      xb[nf] = static_cast<const uint8_t*>(a.x) + (r / a.x_row_div) * a.in + 32 * t;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int64_t rc = min(n0 + nf * 8 + 2 * t + j, a.rows - 1);
+        sxp[nf][j] = a.xs + (rc / a.x_row_div) * kblocks;
+      }
+    } else {
+      xb[nf] = static_cast<const float*>(a.x) + r * a.x_stride + grp * a.in + 32 * t;
+    }
+  }
+
+  float acc[MT][NF][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nf][e] = 0.0f;
+
+#pragma unroll 1
+  for (int64_t kb0 = warp; kb0 < kblocks; kb0 += kWarps * KU) {
+    uint4 av[KU][MT][2][AV];
+    uint4 xv[KU][NF][2];  // lin8 activations
+#pragma unroll
+    for (int u = 0; u < KU; ++u) {
+      const int64_t kb = kb0 + int64_t(kWarps) * u;
+      if (kb < kblocks) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int i = 0; i < AV; ++i) av[u][mt][h][i] = __ldg(reinterpret_cast<const uint4*>(wr[mt][h] + kb * 128 * ES) + i);
+        if (WT == Wt::kFp8) {
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+              xv[u][nf][i] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(xb[nf]) + kb * 128) + i);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < KU; ++u) {
+      const int64_t kb = kb0 + int64_t(kWarps) * u;
+      if (kb >= kblocks) break;  // warp-uniform
+      if (WT == Wt::kFp8) {
+        float part[MT][NF][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[mt][nf][e] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          uint32_t af[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint32_t w0 = word(av[u][mt][0], s), w1 = word(av[u][mt][1], s);
+            af[mt][0] = e4m3x2_to_f16x2(w0);
+            af[mt][1] = e4m3x2_to_f16x2(w1);
+            af[mt][2] = e4m3x2_to_f16x2(w0 >> 16);
+            af[mt][3] = e4m3x2_to_f16x2(w1 >> 16);
+          }
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf) {
+            const uint32_t xw = word(xv[u][nf], s);
+            const uint32_t b0 = e4m3x2_to_f16x2(xw), b1 = e4m3x2_to_f16x2(xw >> 16);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_f16(part[mt][nf], af[mt], b0, b1);
+          }
+        }
+        float sw[MT], sx[NF][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) sw[mt] = e8m0_to_float(__ldg(a.ws + srow[mt] + kb));
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) sx[nf][j] = __ldg(sxp[nf][j] + kb);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nf][e] = acc[mt][nf][e] + part[mt][nf][e] * (sx[nf][e & 1] * sw[mt]);
+      } else {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          uint32_t af[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            af[mt][0] = word(av[u][mt][0], 2 * s);
+            af[mt][1] = word(av[u][mt][1], 2 * s);
+            af[mt][2] = word(av[u][mt][0], 2 * s + 1);
+            af[mt][3] = word(av[u][mt][1], 2 * s + 1);
+          }
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + s);
+            const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
+            const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
+            const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_bf16(acc[mt][nf], af[mt], h0, h1);
+              mma_bf16(acc[mt][nf], af[mt], l0, l1);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // D fragment: e = 0,1 → (row g, cols 2t, 2t+1); e = 2,3 → row g + 8.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[warp][nf * 8 + 2 * t + (e & 1)][mt * 16 + g + 8 * (e >> 1)] = acc[mt][nf][e];
+  __syncthreads();
+  for (int i = threadIdx.x; i < MT * 16 * NF * 8; i += kWarps * 32) {
+    const int ol = i % (MT * 16), nl = i / (MT * 16);
+    const int64_t o = o0 + ol, r = n0 + nl;
+    if (o >= o_end || r >= a.rows) continue;
+    float v;
+    if (WT == Wt::kFp8) {
+      float sum = red[0][nl][ol];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) sum = sum + red[w][nl][ol];
+      v = a.round ? round_bf16(sum) : sum;
+    } else {
+      double sum = red[0][nl][ol];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) sum += double(red[w][nl][ol]);
+      v = float(sum);
+      if (a.round) v = round_bf16(v);
+      if (a.post_scale != 0.0f) v = round_bf16(v * a.post_scale);
+    }
+    a.y[r * a.out + o] = v;
+  }
+}
+
+template <Wt WT, int MT, int NF, int KU>
+bool launch(Args a, cudaStream_t s) {
+  a.tiles_per_group = (a.opg + MT * 16 - 1) / (MT * 16);
+  const int64_t gy = (a.out / a.opg) * a.tiles_per_group, gx = (a.rows + NF * 8 - 1) / (NF * 8);
+  if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
+  mma_linear_kernel<WT, MT, NF, KU><<<dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+// Tile choice (any choice gives the same bits): M ≤ 16 streams the weights once with two K blocks
+// per warp in flight; larger M takes 32×32 tiles (x re-read out/32 times from L2).
+template <Wt WT>
+bool dispatch(const Args& a, cudaStream_t s) {
+  if (a.rows <= 8) return launch<WT, 1, 1, 2>(a, s);
+  if (a.rows <= 16) return launch<WT, 1, 2, 2>(a, s);
+  if (a.rows <= 32 || a.opg % 32 != 0) return launch<WT, 1, 4, 1>(a, s);
+  return launch<WT, 2, 4, 1>(a, s);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+bool lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
+          const uint8_t* ws, int64_t out, int64_t in, float* y, bool round_out, cudaStream_t s) {
+  if (in % 128 != 0 || !aligned16(xq) || !aligned16(w) || rows <= 0 || out <= 0) return false;
+  const Args a{.x = xq, .xs = xs, .x_row_div = x_row_div, .x_stride = in, .w = w, .ws = ws, .rows = rows,
+               .out = out, .in = in, .opg = out, .tiles_per_group = 1, .round = round_out, .post_scale = 0.0f,
+               .y = y};
+  return dispatch<Wt::kFp8>(a, s);
+}
+
+bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* w, int64_t out,
+                int64_t in, int64_t opg, bool round_bf16, float post_scale, float* y, cudaStream_t s) {
+  if (opg <= 0) opg = out;
+  if (in % 128 != 0 || x_stride % 4 != 0 || out % opg != 0 || (opg != out && opg % 16 != 0) || !aligned16(x) ||
+      !aligned16(w) || rows <= 0)
+    return false;
+  const Args a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = nullptr, .rows = rows,
+               .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .round = round_bf16,
+               .post_scale = post_scale, .y = y};
+  return dispatch<Wt::kBf16>(a, s);
+}
+
+}  // namespace dsv4::gpu::mma

@@ -1,0 +1,31 @@
+// Tensor-core (mma.sync m16n8k16) lin8 and bf16 dense linear for every row count
+// (docs/decode-linears.md). Internal to linear.cu: the ops.h launchers call these for the shapes
+// they accept (return false: the caller keeps its other kernels).
+//
+// Numerics (tolerance-equal to the CPU, bitwise batch-invariant): output element (r, o) is the
+// sum, in warp order w = 0..7, of warp w's accumulator over the 128-wide K blocks kb ≡ w (mod 8)
+// taken in increasing kb. lin8: a block's partial is a fresh fp32 MMA chain of e4m3 values
+// converted exactly to f16 (8 k16 steps in a fixed lane permutation of the block), added as
+// acc += partial·(s_x·s_w) in fp32; the eight warp sums add in fp32. Dense bf16: x is split into
+// bf16 hi + lo (x = hi + lo exactly for bf16-valued x, within 2^-17 otherwise), one fp32 MMA chain
+// per warp over its blocks, the eight warp sums add in double, rounded to fp32 once. None of this
+// depends on the number of rows, the tile a row lands in, or the launch configuration.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dsv4::gpu::mma {
+
+// xq [rows / x_row_div, in] e4m3, xs [.., in/128]; w [out, in] e4m3, ws [ceil(out/128), in/128].
+// Accepts in % 128 == 0 and 16-byte aligned xq / w; y [rows, out].
+bool lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
+          const uint8_t* ws, int64_t out, int64_t in, float* y, bool round_out, cudaStream_t s);
+
+// x fp32 [rows, x_stride] (group g reads x[g·in ..]), w bf16 [out, in]; ops.h dense_linear.
+// Accepts in % 128 == 0, x_stride % 4 == 0, out % opg == 0, opg % 16 == 0, 16-byte aligned x / w.
+bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* w, int64_t out,
+                int64_t in, int64_t opg, bool round_bf16, float post_scale, float* y, cudaStream_t s);
+
+}  // namespace dsv4::gpu::mma
