@@ -35,21 +35,19 @@ TEST(CuptiTrace, AttributesGraphReplaysToLaunchers) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   std::string why;
   if (!cupti::load(&why)) GTEST_SKIP() << why;
-  // 80 rows: above the skinny decode-size kernels (≤ 64 rows, one function per weight type),
-  // so the fp32 and bf16 dense launches below share the general kernel function.
-  constexpr int64_t kRows = 80, kIn = 256, kOut = 64;
-  DeviceBuffer<float> x(kRows * kIn), norm_w(kIn), xn(kRows * kIn), w(kOut * kIn), y(kRows * kOut),
-      y2(kRows * kOut);
+  constexpr int64_t kRows = 2, kIn = 256, kPairs = 32, kPositions = 8;
+  DeviceBuffer<float> x(kRows * kIn), norm_w(kIn), xn(kRows * kIn), table(kPositions * kPairs * 2);
   x.fill_bytes(0);
   norm_w.fill_bytes(0);
-  w.fill_bytes(0);
+  table.fill_bytes(0);
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  // Three launches, two of them (fp32 / bf16 weights) of the same kernel function.
+  // Three launches, two of them (RoPE forward / inverse) of the same kernel function under
+  // two launcher names.
   auto step = [&] {
     rms_norm_rows(x.get(), norm_w.get(), kRows, kIn, 1e-6f, xn.get(), s);
-    dense_linear(xn.get(), kRows, kIn, w.get(), false, kOut, kIn, 0, false, 1.0f, y.get(), s);
-    dense_linear(xn.get(), kRows, kIn, w.get(), true, kOut, kIn, 0, false, 1.0f, y2.get(), s);
+    rope_rows(xn.get(), kRows, kIn, 1, 0, 1, table.get(), kPairs, false, s);
+    rope_rows(xn.get(), kRows, kIn, 1, 0, 1, table.get(), kPairs, true, s);
   };
 
   cupti::KernelTrace trace;
@@ -87,7 +85,7 @@ TEST(CuptiTrace, AttributesGraphReplaysToLaunchers) {
   EXPECT_EQ(a.graph_records, 3 * kSteps);
   EXPECT_EQ(a.mismatched_functions, 0);
   EXPECT_EQ(a.unmapped_functions, 0);
-  for (const char* name : {"rms_norm", "dense_linear (fp32)", "dense_linear (bf16)"}) {
+  for (const char* name : {"rms_norm", "rope", "rope (inverse)"}) {
     const prof::KernelStat* r = row(a, name);
     ASSERT_NE(r, nullptr) << name;
     EXPECT_EQ(r->calls, kSteps) << name;
