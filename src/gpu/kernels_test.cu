@@ -216,6 +216,44 @@ TEST(LinearBatchInvarianceTest, RowsDoNotDependOnTheCall) {
   }
 }
 
+// The small-out K = 4096 decode shapes (weights_proj, gate, compressors; out 200: a partial
+// tile): rows of M = 1..16 calls equal the same rows of a 40-row call bit for bit, twice in a
+// row (guards any split-K / workspace scheme for these shapes; docs/decode-linears.md).
+TEST(LinearBatchInvarianceTest, SmallOutShapesDoNotDependOnTheCall) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 40, in = 4096;
+  for (const int64_t out : {int64_t{64}, int64_t{200}, int64_t{256}, int64_t{512}, int64_t{1024}}) {
+    Fp8Case c(out, in, 51);
+    const auto wb = random_bf16(out * in, 0.05f, 52);
+    std::vector<uint16_t> bits;
+    for (float v : wb) bits.push_back(numerics::float_to_bf16_bits(v));
+    const auto x = random_bf16(rows * in, 1.0f, 53);
+    auto dx = to_device(x);
+    auto dw = to_device(c.codes), ds = to_device(c.sc);
+    auto dwb = to_device(bits);
+    DeviceBuffer<uint8_t> q(rows * in);
+    DeviceBuffer<float> qs(rows * in / 128), y(rows * out), yd(rows * out);
+    quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+    lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, y.get(), nullptr, true);
+    dense_linear(dx.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, yd.get(), nullptr);
+    const auto full8 = y.download(), fulld = yd.download();
+    const std::pair<int64_t, int64_t> subs[] = {{0, 1}, {39, 1}, {3, 5}, {11, 8}, {20, 9}, {24, 16}};
+    for (const auto& [first, n] : subs) {
+      for (int rep = 0; rep < 2; ++rep) {
+        DeviceBuffer<float> s8(n * out), sd(n * out);
+        lin8(q.get() + first * in, qs.get() + first * (in / 128), n, 1, dw.get(), ds.get(), out, in, nullptr, s8.get(),
+             nullptr, true);
+        dense_linear(dx.get() + first * in, n, in, dwb.get(), true, out, in, 0, true, 0.0f, sd.get(), nullptr);
+        const auto g8 = s8.download(), gd = sd.download();
+        EXPECT_EQ(0, std::memcmp(g8.data(), full8.data() + first * out, n * out * sizeof(float)))
+            << "lin8 out=" << out << " " << first << "+" << n << " rep " << rep;
+        EXPECT_EQ(0, std::memcmp(gd.data(), fulld.data() + first * out, n * out * sizeof(float)))
+            << "dense out=" << out << " " << first << "+" << n << " rep " << rep;
+      }
+    }
+  }
+}
+
 // Grouped bf16 linear (wo_a): output row o reads x[(o / opg)·in, ...) of a row of G·in values.
 TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
   SKIP_WITHOUT_GPU();
@@ -319,6 +357,23 @@ TEST_P(RowTest, QuantizeAndSimulateMatchNumerics) {
   auto d8 = to_device(x), d4 = to_device(x);
   simulate_q8_rows(d8.get(), rows, dim, dim, 64, nullptr);
   simulate_q4_rows(d4.get(), rows, dim, dim, 32, nullptr);
+  EXPECT_EQ(d8.download(), w8);
+  EXPECT_EQ(d4.download(), w4);
+}
+
+// The model's decode shape: 2 rows of 448 values in rows of stride 512 (the tail is untouched).
+TEST(SimulateTest, StridedRowsMatchNumerics) {
+  SKIP_WITHOUT_GPU();
+  const int rows = 2, stride = 512, len = 448;
+  const auto x = random_bf16(rows * stride, 2.0f, 19);
+  auto w8 = x, w4 = x;
+  for (int r = 0; r < rows; ++r) {
+    numerics::simulate_q8(std::span(w8).subspan(r * stride, len), 64);
+    numerics::simulate_q4(std::span(w4).subspan(r * stride, len), 32);
+  }
+  auto d8 = to_device(x), d4 = to_device(x);
+  simulate_q8_rows(d8.get(), rows, stride, len, 64, nullptr);
+  simulate_q4_rows(d4.get(), rows, stride, len, 32, nullptr);
   EXPECT_EQ(d8.download(), w8);
   EXPECT_EQ(d4.download(), w4);
 }

@@ -6,7 +6,8 @@
 // calls per replay, median / min over the replays. Bytes per call = the launcher's profiler
 // account (weights + scales + activations in + out). Small kernels (hc_pre, head_rms,
 // rms_norm) run on L2-resident data: µs per call is what matters there.
-// Usage: gpu_linear_bench [replays]
+// Usage: gpu_linear_bench [replays] [only]: `only` = comma-separated substrings of the shape
+// names to run ("small" = the small-kernel section); all when absent.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,6 +71,16 @@ struct DenseShape {
 
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
+  const std::string only = argc > 2 ? argv[2] : "";
+  auto wanted = [&](const std::string& name) {
+    if (only.empty()) return true;
+    for (size_t b = 0; b <= only.size();) {
+      const size_t e = std::min(only.find(',', b), only.size());
+      if (e > b && name.find(only.substr(b, e - b)) != std::string::npos) return true;
+      b = e + 1;
+    }
+    return false;
+  };
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, build -arch=sm_90a -O3 --fmad=false\n", prop.name, prop.multiProcessorCount);
@@ -91,6 +102,7 @@ int main(int argc, char** argv) {
                              {"shared w1/w3 1024x4096", 1024, 4096}, {"shared w2 4096x1024", 4096, 1024},
                              {"idx wq_b 4096x1024", 4096, 1024}};
   for (const auto& sh : lin8s) {
+    if (!wanted(sh.name)) continue;
     const int64_t wb = sh.out * sh.in, sb = ((sh.out + 127) / 128) * ((sh.in + 127) / 128);
     const int nc = copies_for(double(wb));
     DeviceBuffer<uint8_t> w(wb * nc), ws(sb * nc), xq(Mmax * sh.in);
@@ -123,6 +135,7 @@ int main(int argc, char** argv) {
                              {"hc fn fp32 24x16384", 24, 16384, 0, false},
                              {"hc_head fn fp32 4x16384", 4, 16384, 0, false}};
   for (const auto& sh : dens) {
+    if (!wanted(sh.name)) continue;
     const int64_t es = sh.bf16 ? 2 : 4, wb = sh.out * sh.in * es;
     const int64_t xstride = sh.opg > 0 ? (sh.out / sh.opg) * sh.in : sh.in;
     const int nc = copies_for(double(wb));
@@ -148,6 +161,7 @@ int main(int argc, char** argv) {
   std::printf("\n");
 
   // ---- small per-layer kernels (L2-resident inputs) ------------------------------------------
+  if (!wanted("small")) return 0;
   const int64_t D = 4096, hc = 4, Mix = hc * (2 + hc);
   DeviceBuffer<float> streams(Mdecode * hc * D), mixes(Mdecode * Mix), scale(3), base(Mix), xo(Mdecode * D), post(Mdecode * hc),
       comb(Mdecode * hc * hc), q(Mdecode * 32 * 512), nw(D), yo(Mdecode * D);
@@ -157,6 +171,8 @@ int main(int argc, char** argv) {
   fill_random_f32(base.get(), Mix, 0.1f, 0.0f, 11, nullptr);
   fill_random_f32(q.get(), Mdecode * 32 * 512, 1.0f, 0.0f, 12, nullptr);
   fill_random_f32(nw.get(), D, 0.1f, 1.0f, 13, nullptr);
+  DeviceBuffer<uint8_t> qcodes(Mdecode * D);
+  DeviceBuffer<float> qscales(Mdecode * D / 128);
   for (int64_t M : {int64_t{1}, int64_t{16}, int64_t{64}}) {
     Timing t = time_graph(
         [&](int, cudaStream_t s) {
@@ -177,6 +193,13 @@ int main(int argc, char** argv) {
     t = time_graph([&](int, cudaStream_t s) { hc_post(xo.get(), post.get(), comb.get(), M, D, int(hc), streams.get(), s); },
                    replays);
     report("small", "hc_post D=4096", M, M * D * 4.0 + M * hc * D * 8.0, t);
+    // Q8 / Q4 simulation of 2 rows per token × 448 values (stride 512), as in the model's decode.
+    t = time_graph([&](int, cudaStream_t s) { simulate_q8_rows(q.get(), 2 * M, 512, 448, 64, s); }, replays);
+    report("small", "simulate_q8 2 rows x 448", M, 2 * M * 448 * 8.0, t);
+    t = time_graph([&](int, cudaStream_t s) { simulate_q4_rows(q.get(), 2 * M, 512, 448, 32, s); }, replays);
+    report("small", "simulate_q4 2 rows x 448", M, 2 * M * 448 * 8.0, t);
+    t = time_graph([&](int, cudaStream_t s) { quantize_q8_rows(xo.get(), M, D, qcodes.get(), qscales.get(), s); }, replays);
+    report("small", "quantize_q8 D=4096", M, M * D * 5.0 + M * (D / 128) * 4.0, t);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return 0;
