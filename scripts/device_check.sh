@@ -139,6 +139,7 @@ done
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_test" ] && run kv_fp8 timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_test"
+want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_bench" ] && run kv_fp8_bench timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_bench"
 want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
 want decode && [ -x "$BUILD/src/gpu/gpu_state_pool_test" ] && run state_pool timeout 120 "$BUILD/src/gpu/gpu_state_pool_test"
 want golden && [ -x "$BUILD/src/gpu/gpu_golden_test" ] && run golden timeout ${GOLDEN_TIMEOUT:-170} "$BUILD/src/gpu/gpu_golden_test"

@@ -10,7 +10,7 @@ rm -rf data/devbuild data/devpack
 mkdir -p data/devbuild/src/gpu data/devbuild/tokenizer data/devpack
 cp build/dsv4 data/devbuild/
 for t in gpu_kernels_test gpu_decode_test gpu_golden_test gpu_decode_bench moe_grouped_test moe_grouped_bench \
-         gpu_sparse_decode_test gpu_sparse_decode_bench gpu_tp_test gpu_state_pool_test gpu_kv_fp8_test gpu_cupti_trace_test \
+         gpu_sparse_decode_test gpu_sparse_decode_bench gpu_tp_test gpu_state_pool_test gpu_kv_fp8_test gpu_kv_fp8_bench gpu_cupti_trace_test \
          gpu_p2p_all_reduce_test gpu_p2p_all_reduce_bench gpu_linear_bench; do
   [ -x "build/src/gpu/$t" ] && cp "build/src/gpu/$t" data/devbuild/src/gpu/
 done

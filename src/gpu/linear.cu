@@ -145,57 +145,24 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) yr[k] = round_bf16(w[k] * (xr[k] * rs));
 }
 
-// ---- Skinny (small-M) streaming kernels: lin8 and dense at decode batch sizes ------------
+// ---- Skinny (small-M) streaming kernel: the dense linears the tensor-core path declines ------
+// (fp32 weights, bf16 odd shapes) at decode batch sizes.
 //
 // Layout: a CTA owns a tile of `rpc` output rows (inside one group for grouped dense) and all
 // K; warp w owns the 512-wide K slices w, w + nwarps, ...; lane l owns the 16 K positions
-// slice·512 + 16·l (one 16-byte FP8 load, two bf16 or four fp32 loads per weight row). For a
-// group of MT input rows the lane's x values are decoded to double once and stay in registers
-// while the warp streams every output row of the tile through them, so each weight byte is read
-// once per MT rows (M > MT re-reads the CTA's tile from L2, not HBM).
-// Numerics, all bit-identical to the reference contracts above:
-//  * lin8: a 128-wide block is 8 lanes. Both operands are e4m3 values decoded exactly to double
-//    (through a bank-replicated table in shared memory), the products accumulate by DFMA (each
-//    product is exact in double, so fma = mul + add) and the 8-lane sum is exact in any order
-//    (see the file comment). Lane 0 of each block forms the term fp32(partial)·(s_x·s_w) and
-//    stores it in shared memory; after the tile, one thread per (row, output) adds the terms in
-//    K-block order in fp32 — the reference's sequential sum.
-//  * dense: double products (exact: bf16·bf16 and bf16·fp32 fit 53 bits) summed in double per
-//    lane, per warp (xor tree) and across the warp's slices and then the CTA's warps in a fixed
-//    order; deterministic, equal to the CPU up to the last bit of a double like before.
-enum WeightKind { kFp8 = 0, kBf16 = 1, kF32 = 2 };
+// slice·512 + 16·l (two bf16 or four fp32 16-byte loads per weight row). For a group of MT input
+// rows the lane's x values are converted to double once and stay in registers while the warp
+// streams every output row of the tile through them, so each weight byte is read once per MT
+// rows (M > MT re-reads the CTA's tile from L2, not HBM).
+// Numerics: double products (exact: bf16·bf16 and bf16·fp32 fit 53 bits) summed in double per
+// lane, per warp (xor tree) and across the warp's slices and then the CTA's warps in a fixed
+// order; deterministic, equal to the CPU up to the last bit of a double like the general kernel.
+enum WeightKind { kBf16 = 1, kF32 = 2 };
 constexpr int kSkinnyMaxRows = 64;
-constexpr int kSlice = 512, kLaneK = 16, kMaxWarps = 8, kLutBytes = 256 * 32 * 4;
-
-// lut[code·32 + lane] = high word of double(e4m3 code); the low word is always 0 (an e4m3
-// value has 3 mantissa bits). One thread per code forms the word with integer ops (every
-// non-zero e4m3 value is a normal float) and writes its 32 copies, rotating the copy index
-// with the lane so that the warp's stores hit 32 different banks.
-__device__ void fill_e4m3_lut(uint32_t* lut) {
-  const int lane = threadIdx.x & 31;
-  for (int code = threadIdx.x; code < 256; code += blockDim.x) {
-    const uint32_t u = __float_as_uint(e4m3_to_float(uint8_t(code)));
-    const uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
-    const uint32_t hi = mag == 0 ? sign : mag >= 0x7f800000u ? (sign | 0x7ff80000u) : (sign | ((mag >> 3) + (896u << 20)));
-    for (int c = 0; c < 32; ++c) lut[code * 32 + ((c + lane) & 31)] = hi;
-  }
-}
-
-__device__ __forceinline__ double lut_decode(const uint32_t* lut_lane, uint32_t word, int byte) {
-  return __hiloint2double(int(lut_lane[((word >> (8 * byte)) & 0xffu) * 32]), 0);
-}
+constexpr int kSlice = 512, kLaneK = 16, kMaxWarps = 8;
 
 template <int WT>
 struct WeightChunk;  // one lane's 16 weights of one output row, as loaded
-template <>
-struct WeightChunk<kFp8> {
-  uint4 v;
-  __device__ void load(const void* row, int64_t k0) { v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(row) + k0)); }
-  __device__ double get(int i, const uint32_t* lut_lane) const {
-    const uint32_t w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
-    return lut_decode(lut_lane, w, i & 3);
-  }
-};
 template <>
 struct WeightChunk<kBf16> {
   uint4 v[2];
@@ -204,7 +171,7 @@ struct WeightChunk<kBf16> {
     v[0] = __ldg(p);
     v[1] = __ldg(p + 1);
   }
-  __device__ double get(int i, const uint32_t*) const {
+  __device__ double get(int i) const {
     const uint4& q = v[i >> 3];
     const int j = i & 7;
     const uint32_t w = j < 2 ? q.x : j < 4 ? q.y : j < 6 ? q.z : q.w;
@@ -218,7 +185,7 @@ struct WeightChunk<kF32> {
     const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(row) + k0);
     for (int i = 0; i < 4; ++i) v[i] = __ldg(p + i);
   }
-  __device__ double get(int i, const uint32_t*) const {
+  __device__ double get(int i) const {
     const float4& q = v[i >> 2];
     const int j = i & 3;
     return double(j == 0 ? q.x : j == 1 ? q.y : j == 2 ? q.z : q.w);
@@ -226,80 +193,57 @@ struct WeightChunk<kF32> {
 };
 
 struct SkinnyArgs {
-  const void* x;         // lin8: e4m3 codes [rows/x_row_div, in]; dense: fp32 [rows, x_stride]
-  const float* xs;       // lin8: activation scales [rows/x_row_div, in/128]
-  int x_row_div;         // lin8
-  int64_t x_stride;      // dense
+  const float* x;        // fp32 [rows, x_stride]
+  int64_t x_stride;
   const void* w;         // [out, in]
-  const uint8_t* ws;     // lin8 weight scales
   int64_t rows, out, in;
   int64_t opg;           // output rows per group (= out when not grouped)
   int64_t tiles_per_group;
   int rpc;               // output rows per CTA
-  bool round;            // lin8: round_out; dense: round_bf16
-  float post_scale;      // dense
+  bool round;            // round_bf16
+  float post_scale;
   float* y;
 };
 
-__host__ __device__ constexpr int kRowsInFlight(int wt, int mt) { return wt == kFp8 ? 4 : (wt == kBf16 ? 4 : 2) / mt; }
+__host__ __device__ constexpr int kRowsInFlight(int wt, int mt) { return (wt == kBf16 ? 4 : 2) / mt; }
 
 template <int WT, int MT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) skinny_kernel(SkinnyArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);
-  // lin8: terms [MT][rpc][kblocks] fp32; dense: partials [MT][rpc][nwarps] double.
-  unsigned char* red = smem + (WT == kFp8 ? kLutBytes : 0);
+  double* parts = reinterpret_cast<double*>(smem);  // partials [MT][rpc][nwarps]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int64_t g = blockIdx.x / a.tiles_per_group, tile = blockIdx.x % a.tiles_per_group;
   const int64_t o_begin = g * a.opg + tile * a.rpc;
   const int nrows_tile = int(min(int64_t(a.rpc), (g + 1) * a.opg - o_begin));
-  const int64_t kblocks = a.in / 128, nslices = (a.in + kSlice - 1) / kSlice;
-  const int64_t scols = (a.in + 127) / 128;
-  {  // Start the tile's weights towards L2 while the table is built (rows are contiguous).
-    const int64_t es = WT == kFp8 ? 1 : WT == kBf16 ? 2 : 4;
+  const int64_t nslices = (a.in + kSlice - 1) / kSlice;
+  constexpr int64_t es = WT == kBf16 ? 2 : 4;  // weight element bytes
+  {  // Start the tile's weights towards L2 (rows are contiguous).
     const char* tile_w = static_cast<const char*>(a.w) + o_begin * a.in * es;
     const int64_t lines = (int64_t(nrows_tile) * a.in * es + 127) / 128;
     for (int64_t l = threadIdx.x; l < lines && l < 32 * int64_t(blockDim.x); l += blockDim.x)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_w + l * 128));
   }
-  if (WT == kFp8) {
-    fill_e4m3_lut(lut);
-    __syncthreads();
-  }
-  const uint32_t* lut_lane = lut + lane;
-  float* terms = reinterpret_cast<float*>(red);
-  double* parts = reinterpret_cast<double*>(red);
   constexpr int RIF = kRowsInFlight(WT, MT);
 
   for (int64_t m0 = 0; m0 < a.rows; m0 += MT) {
     const int mt = int(min(int64_t(MT), a.rows - m0));
-    if (WT != kFp8)
-      for (int i = threadIdx.x; i < MT * a.rpc * nwarps; i += blockDim.x) parts[i] = 0.0;
+    for (int i = threadIdx.x; i < MT * a.rpc * nwarps; i += blockDim.x) parts[i] = 0.0;
     __syncthreads();
     for (int64_t sl = warp; sl < nslices; sl += nwarps) {
       const int64_t k0 = sl * kSlice + lane * kLaneK;
       const bool active = k0 < a.in;
-      // This lane's x values for the MT rows, decoded to double.
+      // This lane's x values for the MT rows, as double.
       double xd[MT][kLaneK];
-      float sx[MT];
       for (int mi = 0; mi < MT; ++mi) {
         const int64_t r = m0 + min(mi, mt - 1);
-        if (WT == kFp8) {
-          const int64_t xr = r / a.x_row_div;
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (active) v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.x) + xr * a.in + k0));
-          for (int i = 0; i < kLaneK; ++i) xd[mi][i] = lut_decode(lut_lane, i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w, i & 3);
-          sx[mi] = active ? a.xs[xr * kblocks + k0 / 128] : 0.0f;
-        } else {
-          const float* xp = static_cast<const float*>(a.x) + r * a.x_stride + g * a.in + k0;
-          for (int q = 0; q < 4; ++q) {
-            float4 v = make_float4(0, 0, 0, 0);
-            if (active) v = __ldg(reinterpret_cast<const float4*>(xp) + q);
-            xd[mi][4 * q] = v.x;
-            xd[mi][4 * q + 1] = v.y;
-            xd[mi][4 * q + 2] = v.z;
-            xd[mi][4 * q + 3] = v.w;
-          }
+        const float* xp = a.x + r * a.x_stride + g * a.in + k0;
+        for (int q = 0; q < 4; ++q) {
+          float4 v = make_float4(0, 0, 0, 0);
+          if (active) v = __ldg(reinterpret_cast<const float4*>(xp) + q);
+          xd[mi][4 * q] = v.x;
+          xd[mi][4 * q + 1] = v.y;
+          xd[mi][4 * q + 2] = v.z;
+          xd[mi][4 * q + 3] = v.w;
         }
       }
       for (int ol0 = 0; ol0 < nrows_tile; ol0 += RIF) {
@@ -308,7 +252,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) skinny_kernel(SkinnyArgs a)
         for (int j = 0; j < RIF; ++j)
           if (active && ol0 + j < nrows_tile) {
             const int64_t o = o_begin + ol0 + j;
-            wc[j].load(static_cast<const unsigned char*>(a.w) + o * a.in * (WT == kFp8 ? 1 : WT == kBf16 ? 2 : 4), k0);
+            wc[j].load(static_cast<const unsigned char*>(a.w) + o * a.in * es, k0);
           }
 #pragma unroll
         for (int j = 0; j < RIF; ++j) {
@@ -318,26 +262,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) skinny_kernel(SkinnyArgs a)
           if (active) {
 #pragma unroll
             for (int i = 0; i < kLaneK; ++i) {
-              const double wd = wc[j].get(i, lut_lane);
+              const double wd = wc[j].get(i);
               for (int mi = 0; mi < MT; ++mi) p[mi] = __fma_rn(xd[mi][i], wd, p[mi]);
             }
           }
           const int ol = ol0 + j;
-          if (WT == kFp8) {
-            const int64_t o = o_begin + ol, kb = k0 / 128;
-            const float swv = active ? e8m0_to_float(a.ws[(o / 128) * scols + kb]) : 0.0f;
-            for (int mi = 0; mi < MT; ++mi) {
-              double v = p[mi];
-              v += __shfl_xor_sync(0xffffffffu, v, 4);
-              v += __shfl_xor_sync(0xffffffffu, v, 2);
-              v += __shfl_xor_sync(0xffffffffu, v, 1);
-              if (active && (lane & 7) == 0) terms[(mi * a.rpc + ol) * kblocks + kb] = float(v) * (sx[mi] * swv);
-            }
-          } else {
-            for (int mi = 0; mi < MT; ++mi) {
-              const double v = warp_sum(p[mi]);
-              if (lane == 0) parts[(mi * a.rpc + ol) * nwarps + warp] += v;
-            }
+          for (int mi = 0; mi < MT; ++mi) {
+            const double v = warp_sum(p[mi]);
+            if (lane == 0) parts[(mi * a.rpc + ol) * nwarps + warp] += v;
           }
         }
       }
@@ -346,20 +278,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) skinny_kernel(SkinnyArgs a)
     for (int i = threadIdx.x; i < mt * nrows_tile; i += blockDim.x) {
       const int mi = i / nrows_tile, ol = i % nrows_tile;
       const int64_t r = m0 + mi, o = o_begin + ol;
-      float v;
-      if (WT == kFp8) {
-        const float* t = terms + (mi * a.rpc + ol) * kblocks;
-        float acc = 0.0f;
-        for (int64_t kb = 0; kb < kblocks; ++kb) acc += t[kb];
-        v = a.round ? round_bf16(acc) : acc;
-      } else {
-        const double* pp = parts + (mi * a.rpc + ol) * nwarps;
-        double acc = 0.0;
-        for (int w = 0; w < nwarps; ++w) acc += pp[w];
-        v = float(acc);
-        if (a.round) v = round_bf16(v);
-        if (a.post_scale != 0.0f) v = round_bf16(v * a.post_scale);
-      }
+      const double* pp = parts + (mi * a.rpc + ol) * nwarps;
+      double acc = 0.0;
+      for (int w = 0; w < nwarps; ++w) acc += pp[w];
+      float v = float(acc);
+      if (a.round) v = round_bf16(v);
+      if (a.post_scale != 0.0f) v = round_bf16(v * a.post_scale);
       a.y[r * a.out + o] = v;
     }
     __syncthreads();
@@ -380,13 +304,13 @@ void launch_skinny(SkinnyArgs a, cudaStream_t s) {
   const int nwarps = int(std::min<int64_t>(kMaxWarps, nslices));
   const int MT = a.rows == 1 ? 1 : 2;
   const int64_t groups = a.out / a.opg;
-  const int64_t per_red = WT == kFp8 ? MT * (a.in / 128) * 4 : int64_t(MT) * nwarps * 8;
-  const int64_t budget = 48 * 1024 - (WT == kFp8 ? kLutBytes : 0);
+  const int64_t per_red = int64_t(MT) * nwarps * 8;
+  const int64_t budget = 48 * 1024;
   int64_t rpc = (a.out + 2 * sms - 1) / (2 * sms);
   rpc = std::max<int64_t>(1, std::min<int64_t>({rpc, 64, a.opg, budget / per_red}));
   a.rpc = int(rpc);
   a.tiles_per_group = (a.opg + rpc - 1) / rpc;
-  const size_t smem = size_t(WT == kFp8 ? kLutBytes : 0) + size_t(rpc * per_red);
+  const size_t smem = size_t(rpc * per_red);
   const dim3 grid(static_cast<unsigned>(groups * a.tiles_per_group));
   if (MT == 1) skinny_kernel<WT, 1><<<grid, nwarps * 32, smem, s>>>(a);
   else skinny_kernel<WT, 2><<<grid, nwarps * 32, smem, s>>>(a);
@@ -462,13 +386,6 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                       xrows8 * in * (1 + 4.0 / 128) + double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   if (ids == nullptr && mma::lin8(xq, xs, rows, x_row_div, w, ws, out, in, y, round_out, s)) return;
-  if (ids == nullptr && rows <= kSkinnyMaxRows && aligned16(xq) && aligned16(w)) {
-    SkinnyArgs a{.x = xq, .xs = xs, .x_row_div = x_row_div, .x_stride = in, .w = w, .ws = ws, .rows = rows,
-                 .out = out, .in = in, .opg = out, .tiles_per_group = 1, .rpc = 1, .round = round_out,
-                 .post_scale = 0.0f, .y = y};
-    launch_skinny<kFp8>(a, s);
-    return;
-  }
   lin8_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
   CUDA_CHECK_LAUNCH();
 }
@@ -500,9 +417,8 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
     return;
   if (rows <= kSkinnyMaxRows && in % kLaneK == 0 && x_stride % 4 == 0 && out % opg == 0 && aligned16(x) &&
       aligned16(w)) {
-    SkinnyArgs a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = nullptr, .rows = rows,
-                 .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .rpc = 1, .round = round_bf16,
-                 .post_scale = post_scale, .y = y};
+    SkinnyArgs a{.x = x, .x_stride = x_stride, .w = w, .rows = rows, .out = out, .in = in, .opg = opg,
+                 .tiles_per_group = 1, .rpc = 1, .round = round_bf16, .post_scale = post_scale, .y = y};
     if (w_bf16) launch_skinny<kBf16>(a, s);
     else launch_skinny<kF32>(a, s);
     return;

@@ -114,13 +114,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
     }
   }
 
-  float acc[MT][NF][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nf][e] = 0.0f;
+  float acc[MT][NF][4] = {};
 
 #pragma unroll 1
   for (int64_t kb0 = warp; kb0 < kblocks; kb0 += kWarps * KU) {
@@ -150,13 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
       const int64_t kb = kb0 + int64_t(kWarps) * u;
       if (kb >= kblocks) break;  // warp-uniform
       if (WT == Wt::kFp8) {
-        float part[MT][NF][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) part[mt][nf][e] = 0.0f;
+        float part[MT][NF][4] = {};  // a fresh chain per 128-wide block
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
           uint32_t af[MT][4];

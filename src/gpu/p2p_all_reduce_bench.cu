@@ -4,7 +4,8 @@
 // Each rank captures 50 back-to-back calls in one CUDA graph (launch overhead excluded, as in a
 // decode step's graph); µs per call = median over 15 replays / 50, measured on rank 0.
 // Bytes per call and rank = the peer's partial read over the link (count·4); "bus GB/s" is that
-// divided by the time. Usage: p2p_all_reduce_bench
+// divided by the time, and % of GPU 0's HBM read bandwidth probed in the same run (the link, not
+// HBM, bounds this op). Usage: p2p_all_reduce_bench
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,16 +58,25 @@ int main() {
   P2pAllReduce p2p(kRanks, int64_t{128} * 4096);
   std::printf("device %s x%d; all-reduce of fp32 [rows, 4096], %d calls per CUDA graph, median of %d replays\n",
               prop.name, kRanks, kCalls, kReplays);
-  std::printf("%-6s %10s | %12s %10s | %12s %10s | %s\n", "rows", "bytes", "one-shot us", "bus GB/s", "NCCL us",
-              "bus GB/s", "NCCL/one-shot");
+  double hbm = 0;  // rank 0's HBM read bandwidth, for the % column (the peer read crosses NVLink)
+  {
+    const size_t probe_bytes = size_t(1) << 31;
+    DeviceBuffer<uint8_t> probe(probe_bytes);
+    CUDA_CHECK(cudaMemset(probe.get(), 1, probe_bytes));
+    hbm = bench::hbm_read_probe(probe.get(), probe_bytes, nullptr);
+  }
+  std::printf("HBM read probe (GPU 0): %.0f GB/s\n", hbm / 1e9);
+  std::printf("%-6s %10s | %12s %10s %7s | %12s %10s %7s | %s\n", "rows", "bytes", "one-shot us", "bus GB/s", "% HBM",
+              "NCCL us", "bus GB/s", "% HBM", "NCCL/one-shot");
   for (int rows : {1, 8, 16, 64, 128}) {
     const int64_t count = int64_t{rows} * 4096;
     const double bytes = static_cast<double>(count) * sizeof(float);
     const double t_p2p = time_per_call(nccl, count, [&](int r, float* x, int64_t n, cudaStream_t s) { p2p.run(r, x, n, s); });
     const double t_nccl =
         time_per_call(nccl, count, [&](int r, float* x, int64_t n, cudaStream_t s) { nccl.all_reduce_sum(r, x, n, s); });
-    std::printf("%-6d %10.0f | %12.2f %10.1f | %12.2f %10.1f | %.2fx\n", rows, bytes, t_p2p, bytes / t_p2p / 1e3, t_nccl,
-                bytes / t_nccl / 1e3, t_nccl / t_p2p);
+    std::printf("%-6d %10.0f | %12.2f %10.1f %6.1f%% | %12.2f %10.1f %6.1f%% | %.2fx\n", rows, bytes, t_p2p,
+                bytes / t_p2p / 1e3, 100.0 * bytes / (t_p2p * 1e-6) / hbm, t_nccl, bytes / t_nccl / 1e3,
+                100.0 * bytes / (t_nccl * 1e-6) / hbm, t_nccl / t_p2p);
   }
   return 0;
 }
