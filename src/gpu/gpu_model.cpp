@@ -24,6 +24,14 @@
 namespace dsv4::gpu {
 namespace {
 
+// The mHC projection y [n, out] = fn · streams (fp32 out; out = (2+hc)·hc or hc): the split-K
+// small-output kernel, or the dense path for configs with more outputs than it takes.
+void hc_projection(const float* streams, int64_t n, const DenseW& fn, int64_t out, int64_t in,
+                   DeviceBuffer<double>& ws, float* y, cudaStream_t s) {
+  if (out > kSmallOutMax) return dense_linear(streams, n, in, fn.w.get(), fn.bf16, out, in, 0, false, 0.0f, y, s);
+  const int64_t need = small_out_linear_workspace(n, out, in);
+  small_out_linear(streams, n, in, fn.w.get(), fn.bf16, out, in, grow(ws, need), need, y, s);
+}
 
 void upload_rope(const numerics::RopeParams& p, int64_t max_len, DeviceBuffer<float>& dst) {
   const numerics::RopeTable t(p, max_len, max_len);
@@ -465,7 +473,7 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
   float* mixes = grow(s.mixes, n * M);
   float* sub = grow(s.sub, n * D);
   auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
-    dense_linear(streams, n, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, 0, false, 0.0f, mixes, stream_);
+    hc_projection(streams, n, hw.fn, M, hc * D, s.hc_parts, mixes, stream_);
     hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
     rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
   };
@@ -496,8 +504,7 @@ float* GpuModel::head_logits_rows(const float* streams, int64_t rows, const HcW&
   float* y = grow(s.head_y, rows * D);
   float* yn = grow(s.head_n, rows * D);
   float* logits = grow(s.head_logits, rows * V);
-  dense_linear(streams, rows, hc * D, hc_head_w.fn.w.get(), hc_head_w.fn.bf16, hc, hc * D, 0, false, 0.0f, mix,
-               stream_);
+  hc_projection(streams, rows, hc_head_w.fn, hc, hc * D, s.hc_parts, mix, stream_);
   hc_head_finish(streams, mix, rows, D, hc_head_w.scale.get(), hc_head_w.base.get(), hp, y, stream_);
   rms_norm_rows(y, norm, rows, D, eps, yn, stream_);
   dense_linear(yn, rows, D, weights_->head.w.get(), weights_->head.bf16, V, D, 0, false, 0.0f, logits, stream_);

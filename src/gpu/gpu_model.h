@@ -204,7 +204,9 @@ class GpuModel {
   void decode_pass(const DecodeStep& step);
   void block_decode(const BlockW& w, int layer, const DecodeStep& step, float* streams);
   void attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x, float* out);
-  void compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* x, bool indexer);
+  // pkv / psc: the compressor's kv and gate projections of this step's rows [rows, width].
+  void compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* pkv, const float* psc,
+                       bool indexer);
   // Host inputs of a step for `rows` rows (rows ≥ seqs.size(): the rest are padding rows) and
   // their upload into ws.decode_in; returns the device view.
   DecodeStep stage_decode_inputs(Workspace& ws, std::span<GpuSequenceState* const> seqs,

@@ -246,13 +246,9 @@ void GpuModel::block_decode(const BlockW& w, int layer, const DecodeStep& step, 
   });
 }
 
-void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* x, bool indexer) {
-  Workspace& s = *active_ws_;
-  const int64_t width = (w.overlap ? 2 : 1) * int64_t{w.head_dim}, D = config_.hidden_size, n = step.rows;
-  float* pkv = grow(s.cproj_kv, n * width);
-  float* psc = grow(s.cproj_sc, n * width);
-  dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, stream_);
-  dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, stream_);
+void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* pkv,
+                               const float* psc, bool indexer) {
+  const int64_t n = step.rows;
   DecodeCompressorArgs a;
   a.kv = pkv;
   a.score = psc;
@@ -286,21 +282,41 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   float* q = p.q;
   float* kv = p.kv;
 
-  // 2. Compressed entries and the indexer's choices.
+  // 2. Compressed entries and the indexer's choices. Every bf16 projection of x the layer's
+  // compressors and indexer need runs first, in one launch (same bits as one call each).
   DecodeAttnArgs a;
   if (ratio > 0) {
+    const int HI = c.index_n_heads, dh = c.index_head_dim;
+    const CompressorW& cw = *w.compressor;
+    const int64_t width = (cw.overlap ? 2 : 1) * int64_t{cw.head_dim};
+    float* pkv = grow(s.cproj_kv, n * width);
+    float* psc = grow(s.cproj_sc, n * width);
+    DenseOut outs[5] = {{.w = cw.wkv.w.get(), .w_bf16 = cw.wkv.bf16, .out = width, .y = pkv},
+                        {.w = cw.wgate.w.get(), .w_bf16 = cw.wgate.bf16, .out = width, .y = psc}};
+    int nout = 2;
+    float *ipkv = nullptr, *ipsc = nullptr, *iw = nullptr;
     if (w.indexer) {
       const IndexerW& ix = *w.indexer;
-      const int HI = c.index_n_heads, dh = c.index_head_dim;
-      compress_decode(ix.compressor, layer, step, x, true);
+      const CompressorW& icw = ix.compressor;
+      const int64_t iwidth = (icw.overlap ? 2 : 1) * int64_t{icw.head_dim};
+      ipkv = grow(s.iproj_kv, n * iwidth);
+      ipsc = grow(s.iproj_sc, n * iwidth);
+      iw = grow(s.iw, n * HI);
+      const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
+      outs[nout++] = {.w = icw.wkv.w.get(), .w_bf16 = icw.wkv.bf16, .out = iwidth, .y = ipkv};
+      outs[nout++] = {.w = icw.wgate.w.get(), .w_bf16 = icw.wgate.bf16, .out = iwidth, .y = ipsc};
+      outs[nout++] = {.w = ix.weights_proj.w.get(), .w_bf16 = ix.weights_proj.bf16, .out = HI, .y = iw,
+                      .round_bf16 = true, .post_scale = wscale};
+    }
+    dense_linear_multi(x, n, D, std::span<const DenseOut>(outs, size_t(nout)), stream_);
+    if (w.indexer) {
+      const IndexerW& ix = *w.indexer;
+      compress_decode(ix.compressor, layer, step, ipkv, ipsc, true);
       float* iq = grow(s.iq, n * HI * dh);
-      float* iw = grow(s.iw, n * HI);
       lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
       decode_rope_rows(iq, n * HI, dh, HI, step.pos, rope, pairs, false, stream_);
       hadamard_rows(iq, n * HI, dh, stream_);
       simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
-      const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
-      dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, stream_);
       const int64_t max_visible = step.pos_bound / ratio;
       uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
       int32_t* sel = grow(s.sel, n * c.index_topk);
@@ -311,7 +327,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
       a.sel_count = cnt;
       a.sel_stride = c.index_topk;
     }
-    compress_decode(*w.compressor, layer, step, x, false);
+    compress_decode(cw, layer, step, pkv, psc, false);
   }
   // 3. Sparse attention (window part = the whole window, as forward() for start_pos > 0),
   // 4. ring update.

@@ -35,7 +35,9 @@ class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual void lin8(const std::string& prefix, int64_t out, int64_t in, Split split, Lin8W& w) = 0;
-  virtual void dense(const std::string& name, int64_t out, int64_t in, DenseW& w) = 0;
+  // dtype: what the checkpoint stores (spec §3: the mHC `*_fn` are F32, the rest BF16). A
+  // checkpoint source takes the file's dtype (either is accepted); the dummy source uses dtype.
+  virtual void dense(const std::string& name, int64_t out, int64_t in, DType dtype, DenseW& w) = 0;
   virtual void wo_a(const std::string& prefix, int64_t out, int64_t in, Split split, DenseW& w) = 0;
   virtual void vec(const std::string& name, int64_t n, VecKind kind, Split split, DeviceBuffer<float>& v) = 0;
   virtual void tid2eid(const std::string& name, int64_t n, int experts, DeviceBuffer<int32_t>& v) = 0;
@@ -98,7 +100,7 @@ class CheckpointSource : public WeightSource {
     put(wv.data(), wv.size(), w.w);
     put(sv.data(), sv.size(), w.s);
   }
-  void dense(const std::string& name, int64_t out, int64_t in, DenseW& w) override {
+  void dense(const std::string& name, int64_t out, int64_t in, DType, DenseW& w) override {
     const TensorView& t = c_.at(name);
     DSV4_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF32, t.name, " must be BF16 or F32");
     DSV4_CHECK(t.numel() == out * in, t.name, " has ", t.numel(), " values, expected ", out * in);
@@ -216,15 +218,16 @@ class DummySource : public WeightSource {
     fill_random_e4m3(w.w.get(), out * in, next(), nullptr);
     fill_e8m0(w.s.get(), static_cast<int64_t>(w.s.size()), 127 - 7, nullptr);
   }
-  void dense(const std::string&, int64_t out, int64_t in, DenseW& w) override {
-    w.bf16 = true;
+  void dense(const std::string&, int64_t out, int64_t in, DType dtype, DenseW& w) override {
+    w.bf16 = dtype != DType::kF32;
     w.out = out;
     w.in = in;
-    w.w.resize(static_cast<size_t>(out * in * 2));
-    fill_random_bf16(reinterpret_cast<uint16_t*>(w.w.get()), out * in, 0.02f, 0.0f, next(), nullptr);
+    w.w.resize(static_cast<size_t>(out * in * (w.bf16 ? 2 : 4)));
+    if (w.bf16) fill_random_bf16(reinterpret_cast<uint16_t*>(w.w.get()), out * in, 0.02f, 0.0f, next(), nullptr);
+    else fill_random_f32(reinterpret_cast<float*>(w.w.get()), out * in, 0.02f, 0.0f, next(), nullptr);
   }
   void wo_a(const std::string& p, int64_t out, int64_t in, Split sp, DenseW& w) override {
-    dense(p, sp.rows(out), in, w);
+    dense(p, sp.rows(out), in, DType::kBF16, w);
   }
   void vec(const std::string&, int64_t full_n, VecKind kind, Split sp, DeviceBuffer<float>& v) override {
     const int64_t n = sp.count(full_n);
@@ -258,7 +261,7 @@ class DummySource : public WeightSource {
 
 void build_hc(WeightSource& src, const std::string& p, int64_t rows, int64_t in, int64_t base_n,
               int64_t scale_n, HcW& hc) {
-  src.dense(p + "_fn", rows, in, hc.fn);
+  src.dense(p + "_fn", rows, in, DType::kF32, hc.fn);
   src.vec(p + "_base", base_n, VecKind::kSmall, Split{}, hc.base);
   src.vec(p + "_scale", scale_n, VecKind::kNorm, Split{}, hc.scale);
 }
@@ -269,8 +272,8 @@ void build_compressor(WeightSource& src, const model::ModelConfig& cfg, const st
   c.head_dim = h;
   c.overlap = ratio == 4;
   const int64_t width = (c.overlap ? 2 : 1) * int64_t{h};
-  src.dense(p + ".wkv.weight", width, cfg.hidden_size, c.wkv);
-  src.dense(p + ".wgate.weight", width, cfg.hidden_size, c.wgate);
+  src.dense(p + ".wkv.weight", width, cfg.hidden_size, DType::kBF16, c.wkv);
+  src.dense(p + ".wgate.weight", width, cfg.hidden_size, DType::kBF16, c.wgate);
   src.vec(p + ".ape", ratio * width, VecKind::kSmall, Split{}, c.ape);
   src.vec(p + ".norm.weight", h, VecKind::kNorm, Split{}, c.norm);
 }
@@ -300,13 +303,13 @@ void build_block(WeightSource& src, const model::ModelConfig& cfg, const std::st
       a.indexer.emplace();
       src.lin8(p + ".attn.indexer.wq_b", int64_t{cfg.index_n_heads} * cfg.index_head_dim, cfg.q_lora_rank,
                Split{}, a.indexer->wq_b);
-      src.dense(p + ".attn.indexer.weights_proj.weight", cfg.index_n_heads, D, a.indexer->weights_proj);
+      src.dense(p + ".attn.indexer.weights_proj.weight", cfg.index_n_heads, D, DType::kBF16, a.indexer->weights_proj);
       build_compressor(src, cfg, p + ".attn.indexer.compressor", ratio, cfg.index_head_dim,
                        a.indexer->compressor);
     }
   }
   MoeW& m = b.ffn;
-  src.dense(p + ".ffn.gate.weight", E, D, m.gate);
+  src.dense(p + ".ffn.gate.weight", E, D, DType::kBF16, m.gate);
   if (cfg.is_hash_layer(layer)) {
     src.tid2eid(p + ".ffn.gate.tid2eid", cfg.vocab_size * cfg.num_experts_per_tok, static_cast<int>(E), m.tid2eid);
   } else {
@@ -355,7 +358,7 @@ std::unique_ptr<GpuWeights> build(WeightSource& src, const model::ModelConfig& c
   auto w = std::make_unique<GpuWeights>();
   const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
   src.embed("embed.weight", cfg.vocab_size * D, w->embed);
-  src.dense("head.weight", cfg.vocab_size, D, w->head);
+  src.dense("head.weight", cfg.vocab_size, D, DType::kBF16, w->head);
   src.vec("norm.weight", D, VecKind::kNorm, Split{}, w->norm);
   build_hc(src, "hc_head", hc, hc * D, hc, 1, w->hc_head);
   w->layers.resize(static_cast<size_t>(cfg.num_layers()));

@@ -254,6 +254,39 @@ TEST(LinearBatchInvarianceTest, SmallOutShapesDoNotDependOnTheCall) {
   }
 }
 
+// dense_linear_multi (the decode step's compressor + indexer projections in one launch): every
+// output equals its own dense_linear call bit for bit, at decode and prefill row counts, with
+// rounding / post-scale per output and outputs that are not multiples of 16 or 32.
+TEST(DenseMultiTest, EqualsOneCallPerOutput) {
+  SKIP_WITHOUT_GPU();
+  const int64_t in = 4096;
+  const int64_t outs_n[] = {1024, 1024, 256, 200, 64};
+  std::vector<DeviceBuffer<uint16_t>> ws;
+  for (int j = 0; j < 5; ++j) {
+    std::vector<uint16_t> bits;
+    for (float v : random_bf16(outs_n[j] * in, 0.05f, 60 + j)) bits.push_back(numerics::float_to_bf16_bits(v));
+    ws.push_back(to_device(bits));
+  }
+  for (const int64_t rows : {1, 5, 16, 33, 64, 300}) {
+    auto dx = to_device(random_bf16(rows * in, 1.0f, 70 + rows));
+    std::vector<DeviceBuffer<float>> ym, ys;
+    DenseOut outs[5];
+    for (int j = 0; j < 5; ++j) {
+      ym.emplace_back(rows * outs_n[j]);
+      ys.emplace_back(rows * outs_n[j]);
+      outs[j] = {.w = ws[j].get(), .w_bf16 = true, .out = outs_n[j], .y = ym[j].get(), .round_bf16 = j >= 3,
+                 .post_scale = j == 4 ? 0.0884f : 0.0f};
+      dense_linear(dx.get(), rows, in, ws[j].get(), true, outs_n[j], in, 0, outs[j].round_bf16, outs[j].post_scale,
+                   ys[j].get(), nullptr);
+    }
+    dense_linear_multi(dx.get(), rows, in, std::span<const DenseOut>(outs, 5), nullptr);
+    for (int j = 0; j < 5; ++j) {
+      const auto a = ym[j].download(), b = ys[j].download();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "rows " << rows << " output " << j;
+    }
+  }
+}
+
 // Grouped bf16 linear (wo_a): output row o reads x[(o / opg)·in, ...) of a row of G·in values.
 TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
   SKIP_WITHOUT_GPU();

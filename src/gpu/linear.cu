@@ -428,6 +428,32 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
   CUDA_CHECK_LAUNCH();
 }
 
+void dense_linear_multi(const float* x, int64_t rows, int64_t in, std::span<const DenseOut> outs, cudaStream_t s) {
+  if (rows == 0 || outs.empty()) return;
+  DSV4_CHECK(outs.size() <= size_t(mma::kMaxDenseSegments), "dense_linear_multi: ", outs.size(), " outputs > ",
+             mma::kMaxDenseSegments);
+  bool all_bf16 = true;
+  double bytes = double(rows) * in * 4;
+  mma::DenseSegment segs[mma::kMaxDenseSegments];
+  for (size_t j = 0; j < outs.size(); ++j) {
+    all_bf16 = all_bf16 && outs[j].w_bf16;
+    bytes += double(outs[j].out) * in * (outs[j].w_bf16 ? 2 : 4) + double(rows) * outs[j].out * 4;
+    segs[j] = {.w = static_cast<const uint16_t*>(outs[j].w), .out = outs[j].out, .y = outs[j].y,
+               .round_bf16 = outs[j].round_bf16, .post_scale = outs[j].post_scale};
+  }
+  if (all_bf16) {
+    prof::Launch pl("dense_linear (bf16)", bytes, s, [&] {
+      int64_t total = 0;
+      for (const DenseOut& o : outs) total += o.out;
+      return "rows=" + std::to_string(rows) + " out=" + std::to_string(total) + " in=" + std::to_string(in) + " (" +
+             std::to_string(outs.size()) + " fused)";
+    });
+    if (mma::dense_bf16_multi(x, rows, in, segs, int(outs.size()), s)) return;
+  }
+  for (const DenseOut& o : outs)
+    dense_linear(x, rows, in, o.w, o.w_bf16, o.out, in, 0, o.round_bf16, o.post_scale, o.y, s);
+}
+
 void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                    cudaStream_t s) {
   if (rows == 0) return;

@@ -160,6 +160,27 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
 
+  // ---- mHC projections on the split-K small-output kernel (what GpuModel runs for them) -------
+  for (const auto& [name, out] : {std::pair<const char*, int64_t>{"hc_mix 24x16384", 24}, {"hc_head_mix 4x16384", 4}}) {
+    if (!wanted(name)) continue;
+    const int64_t in = 16384, wb = out * in * 4;
+    const int nc = copies_for(double(wb));
+    DeviceBuffer<float> w(out * in * nc), x(Mmax * in), y(Mmax * out);
+    DeviceBuffer<double> ws(static_cast<size_t>(small_out_linear_workspace(Mmax, out, in)));
+    fill_random_f32(w.get(), out * in * nc, 0.05f, 0.0f, 6, nullptr);
+    fill_random_f32(x.get(), Mmax * in, 1.0f, 0.0f, 7, nullptr);
+    for (int64_t M : Ms) {
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            small_out_linear(x.get(), M, in, w.get() + (i % nc) * out * in, false, out, in, ws.get(),
+                             small_out_linear_workspace(M, out, in), y.get(), s);
+          },
+          replays);
+      report("small_out fp32", name, M, double(wb) + M * in * 4.0 + M * out * 4.0, t, flops_of(M, out, in));
+    }
+  }
+  std::printf("\n");
+
   // ---- small per-layer kernels (L2-resident inputs) ------------------------------------------
   if (!wanted("small")) return 0;
   const int64_t D = 4096, hc = 4, Mix = hc * (2 + hc);

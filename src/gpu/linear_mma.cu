@@ -42,6 +42,16 @@ struct Args {
   bool round;          // lin8 round_out / dense round_bf16
   float post_scale;    // dense
   float* y;            // [rows, out]
+  // nseg > 0: several weights over the same x; seg[j] owns tiles [tile0, next tile0) of blockIdx.y
+  // and replaces w / out / opg / y / round / post_scale for them.
+  int nseg;
+  struct Seg {
+    const void* w;
+    int64_t out, tile0;
+    float* y;
+    bool round;
+    float post_scale;
+  } seg[kMaxDenseSegments];
 };
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -82,7 +92,25 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
   __shared__ float red[kWarps][NF * 8][MT * 16];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * (NF * 8);
-  const int64_t grp = blockIdx.y / a.tiles_per_group, tile = blockIdx.y % a.tiles_per_group;
+  int64_t by = blockIdx.y;
+  if (a.nseg > 0) {  // pick this tile's segment (static indices: the params stay in constant memory)
+    int j = 0;
+#pragma unroll
+    for (int i = 1; i < kMaxDenseSegments; ++i)
+      if (i < a.nseg && by >= a.seg[i].tile0) j = i;
+#pragma unroll
+    for (int i = 0; i < kMaxDenseSegments; ++i)
+      if (i == j) {
+        by -= a.seg[i].tile0;
+        a.w = a.seg[i].w;
+        a.out = a.opg = a.seg[i].out;
+        a.y = a.seg[i].y;
+        a.round = a.seg[i].round;
+        a.post_scale = a.seg[i].post_scale;
+      }
+    a.tiles_per_group = (a.opg + MT * 16 - 1) / (MT * 16);
+  }
+  const int64_t grp = by / a.tiles_per_group, tile = by % a.tiles_per_group;
   const int64_t o0 = grp * a.opg + tile * (MT * 16), o_end = (grp + 1) * a.opg;
   const int64_t kblocks = a.in / 128;
 
@@ -238,7 +266,15 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
 template <Wt WT, int MT, int NF, int KU>
 bool launch(Args a, cudaStream_t s) {
   a.tiles_per_group = (a.opg + MT * 16 - 1) / (MT * 16);
-  const int64_t gy = (a.out / a.opg) * a.tiles_per_group, gx = (a.rows + NF * 8 - 1) / (NF * 8);
+  int64_t gy = (a.out / a.opg) * a.tiles_per_group;
+  if (a.nseg > 0) {
+    gy = 0;
+    for (int j = 0; j < a.nseg; ++j) {
+      a.seg[j].tile0 = gy;
+      gy += (a.seg[j].out + MT * 16 - 1) / (MT * 16);
+    }
+  }
+  const int64_t gx = (a.rows + NF * 8 - 1) / (NF * 8);
   if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
   mma_linear_kernel<WT, MT, NF, KU><<<dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
@@ -277,6 +313,23 @@ bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* 
   const Args a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = nullptr, .rows = rows,
                .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .round = round_bf16,
                .post_scale = post_scale, .y = y};
+  return dispatch<Wt::kBf16>(a, s);
+}
+
+bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegment* segs, int nseg, cudaStream_t s) {
+  if (nseg < 1 || nseg > kMaxDenseSegments || in % 128 != 0 || !aligned16(x) || rows <= 0) return false;
+  Args a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = in, .w = segs[0].w, .ws = nullptr, .rows = rows,
+         .out = segs[0].out, .in = in, .opg = segs[0].out, .tiles_per_group = 1, .round = false, .post_scale = 0.0f,
+         .y = segs[0].y, .nseg = nseg, .seg = {}};
+  for (int j = 0; j < nseg; ++j) {
+    if (segs[j].out <= 0 || !aligned16(segs[j].w)) return false;
+    a.seg[j] = {.w = segs[j].w, .out = segs[j].out, .tile0 = 0, .y = segs[j].y, .round = segs[j].round_bf16,
+                .post_scale = segs[j].post_scale};
+  }
+  // The 32-row tiles of the largest M take 16-row-aligned segments only (as dense_bf16's opg rule).
+  if (rows > 32)
+    for (int j = 0; j < nseg; ++j)
+      if (segs[j].out % 32 != 0) return launch<Wt::kBf16, 1, 4, 1>(a, s);
   return dispatch<Wt::kBf16>(a, s);
 }
 

@@ -28,4 +28,16 @@ bool lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
 bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* w, int64_t out,
                 int64_t in, int64_t opg, bool round_bf16, float post_scale, float* y, cudaStream_t s);
 
+// Several bf16 dense linears of the same x [rows, in] (x_stride = in, no groups) in one launch:
+// output j is y_j [rows, out_j] = W_j x, bit-identical to dense_bf16 on that weight alone.
+constexpr int kMaxDenseSegments = 6;
+struct DenseSegment {
+  const uint16_t* w = nullptr;  // bf16 [out, in]
+  int64_t out = 0;
+  float* y = nullptr;           // [rows, out]
+  bool round_bf16 = false;
+  float post_scale = 0.0f;
+};
+bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegment* segs, int nseg, cudaStream_t s);
+
 }  // namespace dsv4::gpu::mma

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 namespace dsv4::gpu {
 
@@ -36,6 +37,29 @@ void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
 void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
                   int64_t out, int64_t in, int64_t out_per_group, bool round_bf16,
                   float post_scale, float* y, cudaStream_t s);
+// Several dense linears of the same x [rows, in] (no groups): one tensor-core launch when every
+// weight is bf16 and the shape allows (bit-identical to one dense_linear per output), else one
+// dense_linear each. At most 6 outputs.
+struct DenseOut {
+  const void* w = nullptr;  // [out, in]
+  bool w_bf16 = true;
+  int64_t out = 0;
+  float* y = nullptr;       // [rows, out]
+  bool round_bf16 = false;
+  float post_scale = 0.0f;
+};
+void dense_linear_multi(const float* x, int64_t rows, int64_t in, std::span<const DenseOut> outs, cudaStream_t s);
+// Small-output dense linear (linear_small_out.cu; the mHC projections, out ≤ kSmallOutMax): K is
+// split over CTAs so a decode-size call fills the GPU. y [rows, out] fp32, no rounding options;
+// weights fp32 or bf16 [out, in]; x fp32 [rows, x_stride]. Sums in double in an order fixed by
+// `in` alone (batch-invariant), rounded to fp32 once: equal to the CPU's double sum up to the
+// last bits of a double. ws: device scratch of at least small_out_linear_workspace(rows, out,
+// in) doubles (rows are processed in blocks of kSmallOutRowBlock).
+constexpr int kSmallOutMax = 24;
+constexpr int64_t kSmallOutRowBlock = 512;
+int64_t small_out_linear_workspace(int64_t rows, int64_t out, int64_t in);
+void small_out_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16, int64_t out,
+                      int64_t in, double* ws, int64_t ws_doubles, float* y, cudaStream_t s);
 // RMSNorm: y = bf16(w·(x·rsqrt(mean(x²)+eps))) per row of dim values.
 void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                    cudaStream_t s);

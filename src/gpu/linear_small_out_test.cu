@@ -1,0 +1,108 @@
+// small_out_linear (linear_small_out.cu) against the CPU's fp32 linear (double sum, one fp32
+// rounding) on fresh random inputs, and its batch invariance. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "cpu/linear.h"
+#include "gpu/cuda_check.h"
+#include "gpu/ops.h"
+#include "numerics/formats.h"
+
+namespace dsv4::gpu {
+namespace {
+
+std::vector<float> random_f32(size_t n, float std, uint64_t seed, bool bf16_values) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16_values ? numerics::round_bf16(d(rng)) : d(rng);
+  return v;
+}
+
+// rows, out, in, bf16 weights
+using SmallOutShape = std::tuple<int64_t, int64_t, int64_t, bool>;
+class SmallOutLinearTest : public ::testing::TestWithParam<SmallOutShape> {};
+
+// Every output within 1 fp32 ulp of the CPU's (the two double sums differ only in their last
+// bits, so the fp32 roundings agree except within ~2^-29 of a tie) and almost all bit-equal.
+TEST_P(SmallOutLinearTest, MatchesCpuFp32Linear) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const auto [rows, out, in, bf16] = GetParam();
+  const auto w = random_f32(out * in, 0.02f, 11 + out, bf16);
+  const auto x = random_f32(rows * in, 1.0f, 12 + rows, false);
+  cpu::Fp32Linear ref{.out = out, .in = in, .weight = w};
+  std::vector<float> want(rows * out);
+  for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
+  std::vector<uint16_t> bits;
+  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  auto dx = to_device(x);
+  auto dwf = to_device(w);
+  auto dwb = to_device(bits);
+  const int64_t need = small_out_linear_workspace(rows, out, in);
+  DeviceBuffer<double> ws(static_cast<size_t>(need));
+  DeviceBuffer<float> y(rows * out);
+  small_out_linear(dx.get(), rows, in, bf16 ? static_cast<const void*>(dwb.get()) : dwf.get(), bf16, out, in, ws.get(),
+                   need, y.get(), nullptr);
+  const auto got = y.download();
+  int64_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    ++differ;
+    EXPECT_EQ(std::nextafter(want[i], got[i]), got[i]) << "row " << i / out << " out " << i % out << ": gpu " << got[i]
+                                                       << " cpu " << want[i];
+  }
+  EXPECT_LE(differ, int64_t(got.size() / 1000)) << differ << " of " << got.size() << " outputs are not bit-equal";
+}
+
+// 24 × 16384 and 4 × 16384: the mHC projections (fp32 in the checkpoint); odd K; rows across
+// the 512-row block of the workspace.
+INSTANTIATE_TEST_SUITE_P(Shapes, SmallOutLinearTest,
+                         ::testing::Values(SmallOutShape{1, 24, 16384, false}, SmallOutShape{3, 24, 16384, false},
+                                           SmallOutShape{16, 24, 16384, false}, SmallOutShape{64, 24, 16384, false},
+                                           SmallOutShape{600, 24, 16384, false}, SmallOutShape{1, 4, 16384, false},
+                                           SmallOutShape{9, 4, 16384, true}, SmallOutShape{5, 24, 16384, true},
+                                           SmallOutShape{7, 17, 1000, false}, SmallOutShape{2, 1, 100, false}));
+
+// A row's outputs are the same bits alone, in a short call, or at another offset of a long one
+// (several row blocks), and the same again on a second call (GpuModel: batched decode ==
+// per-sequence forward, graph == eager).
+TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const int64_t rows = 700, out = 24, in = 16384;
+  const auto w = random_f32(out * in, 0.02f, 5, false);
+  const auto x = random_f32(rows * in, 1.0f, 6, false);
+  auto dx = to_device(x);
+  auto dw = to_device(w);
+  DeviceBuffer<double> ws(static_cast<size_t>(small_out_linear_workspace(rows, out, in)));
+  const int64_t need_all = small_out_linear_workspace(rows, out, in);
+  DeviceBuffer<float> y(rows * out);
+  small_out_linear(dx.get(), rows, in, dw.get(), false, out, in, ws.get(), need_all, y.get(), nullptr);
+  const auto full = y.download();
+  const std::pair<int64_t, int64_t> subs[] = {{0, 1}, {699, 1}, {5, 3}, {9, 8}, {17, 13}, {100, 64}, {37, 600}};
+  for (const auto& [first, n] : subs) {
+    for (int rep = 0; rep < 2; ++rep) {
+      DeviceBuffer<float> s(n * out);
+      small_out_linear(dx.get() + first * in, n, in, dw.get(), false, out, in, ws.get(),
+                       small_out_linear_workspace(n, out, in), s.get(), nullptr);
+      const auto got = s.download();
+      EXPECT_EQ(0, std::memcmp(got.data(), full.data() + first * out, n * out * sizeof(float))) << first << "+" << n;
+    }
+  }
+}
+
+TEST(SmallOutLinearTest, RefusesTooManyOutputsAndShortWorkspace) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  DeviceBuffer<float> x(64), y(64);
+  DeviceBuffer<double> ws(4);
+  EXPECT_THROW(small_out_linear(x.get(), 1, 64, x.get(), false, kSmallOutMax + 1, 64, ws.get(), 4, y.get(), nullptr),
+               std::exception);
+  EXPECT_THROW(small_out_linear(x.get(), 1, 64, x.get(), false, 8, 64, ws.get(), 4, y.get(), nullptr), std::exception);
+}
+
+}  // namespace
+}  // namespace dsv4::gpu
