@@ -16,6 +16,7 @@
 #include "gpu/indexer_device.cuh"
 #include "gpu/kv_fp8.cuh"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 #include "gpu/sm90_indexer_topk.h"
 #include "gpu/sparse_decode.h"
@@ -32,6 +33,8 @@ unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((
 __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos,
                             const int32_t* __restrict__ positions, const float* __restrict__ table, int pairs,
                             bool inverse) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * pairs) return;
   const int64_t r = idx / pairs;
@@ -45,6 +48,8 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
 // row that is then encoded into the FP8 cache. Dynamic smem: h doubles, then h floats.
 __global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a, const int32_t* __restrict__ positions,
                                   const DecodeLayerCache* __restrict__ caches) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red[32];
   extern __shared__ double buf[];
   const int64_t row = blockIdx.x;
@@ -65,6 +70,8 @@ __global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a
 __global__ void index_scores_kernel(const float* __restrict__ q, const float* __restrict__ weights,
                                     const int32_t* __restrict__ positions, const DecodeLayerCache* __restrict__ caches,
                                     int ratio, int heads, int dh, float* scores, int64_t stride) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.y;
   const int64_t visible = (int64_t(positions[row]) + 1) / ratio;
   const float* keys = caches[row].index.keys;
@@ -79,6 +86,8 @@ __global__ void index_scores_kernel(const float* __restrict__ q, const float* __
 
 __global__ void index_topk_kernel(const float* __restrict__ scores, const int32_t* __restrict__ positions, int ratio,
                                   int64_t stride, int k, int32_t* sel, int32_t* count) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const int64_t visible = (int64_t(positions[row]) + 1) / ratio;
   detail::index_topk_block(scores + row * stride, visible, k, sel + row * k, count + row);
@@ -88,6 +97,8 @@ __global__ void index_topk_kernel(const float* __restrict__ scores, const int32_
 __global__ void __launch_bounds__(detail::kSparseAttnThreads)
     attention_kernel(const __grid_constant__ DecodeAttnArgs d, const int32_t* __restrict__ positions,
                      const DecodeLayerCache* __restrict__ caches) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x / d.H;
   const int h = int(blockIdx.x % d.H);
   SparseAttnArgs a;
@@ -116,6 +127,8 @@ constexpr int kRingWarps = 8;
 // One warp per row (attention.cu ring_kernel with the row's own position).
 __global__ void ring_kernel(const float* __restrict__ kv, int64_t rows, const int32_t* __restrict__ positions,
                             const DecodeLayerCache* __restrict__ caches, int win) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = int64_t(blockIdx.x) * kRingWarps + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int64_t e = int64_t(positions[row]) % win;
@@ -132,7 +145,7 @@ void decode_rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_p
   prof::Launch pl(inverse ? "decode_rope (inverse)" : "decode_rope",
                   double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
                   [&] { return "rows=" + std::to_string(rows) + " pairs=" + std::to_string(pairs); });
-  rope_kernel<<<blocks_for(rows * pairs, 256), 256, 0, s>>>(x, rows, stride, rows_per_pos, pos, table, pairs, inverse);
+  launch_pdl(rope_kernel, blocks_for(rows * pairs, 256), 256, 0, s, x, rows, stride, rows_per_pos, pos, table, pairs, inverse);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -148,7 +161,7 @@ void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_
   prof::Launch pl(a.indexer ? "decode_compressor (indexer)" : "decode_compressor", double(rows) * width * 16, s,
                   [&] { return "rows=" + std::to_string(rows) + " ratio=" + std::to_string(a.ratio); });
   const size_t smem = a.h * sizeof(double) + (a.indexer ? 0 : a.h * sizeof(float));
-  compressor_kernel<<<static_cast<unsigned>(rows), a.h, smem, s>>>(a, pos, caches);
+  launch_pdl(compressor_kernel, static_cast<unsigned>(rows), a.h, smem, s, a, pos, caches);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -163,13 +176,13 @@ void decode_index_topk(const float* q, const float* weights, int64_t rows, const
     prof::Launch pl("decode_index_scores",
                     double(rows) * (heads * (dh + 1) * 4.0 + double(max_visible) * (dh + 1) * 4.0), s,
                     [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
-    index_scores_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0, s>>>(
+    launch_pdl(index_scores_kernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0, s, 
         q, weights, pos, caches, ratio, heads, dh, scores, score_stride);
     CUDA_CHECK_LAUNCH();
   }
   prof::Launch pl("decode_index_topk", double(rows) * (double(max_visible) * 4 + (k + 1) * 4.0), s,
                   [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
-  index_topk_kernel<<<static_cast<unsigned>(rows), 256, 0, s>>>(scores, pos, ratio, score_stride, k, sel, count);
+  launch_pdl(index_topk_kernel, static_cast<unsigned>(rows), 256, 0, s, scores, pos, ratio, score_stride, k, sel, count);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -183,7 +196,7 @@ void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_
                                                                            : "decode_attention (HCA)",
                   double(rows) * (double(a.win) * kKvEntryBytes + 2.0 * a.H * a.d * 4), s,
                   [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(a.H); });
-  attention_kernel<<<static_cast<unsigned>(rows * a.H), detail::kSparseAttnThreads, 0, s>>>(a, pos, caches);
+  launch_pdl(attention_kernel, static_cast<unsigned>(rows * a.H), detail::kSparseAttnThreads, 0, s, a, pos, caches);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -192,7 +205,7 @@ void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const
   DSV4_CHECK(d == kKvDim, "head_dim ", d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
   if (rows == 0) return;
   prof::Launch pl("decode_ring_update", double(rows) * (d * 4 + kKvEntryBytes), s);
-  ring_kernel<<<blocks_for(rows, kRingWarps), kRingWarps * 32, 0, s>>>(kv, rows, pos, caches, win);
+  launch_pdl(ring_kernel, blocks_for(rows, kRingWarps), kRingWarps * 32, 0, s, kv, rows, pos, caches, win);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -18,6 +18,7 @@
 #include "gpu/gpu_model_workspace.h"
 #include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
+#include "gpu/pdl.h"
 
 namespace dsv4::gpu {
 namespace {
@@ -230,6 +231,7 @@ GpuModel::DecodeGraph& GpuModel::capture_decode_graph(int batch) {
 }
 
 void GpuModel::decode_pass(const DecodeStep& step) {
+  const PdlScope pdl(step.rows <= kPdlMaxRows);  // small batches: overlap the kernels' launches
   Workspace& s = *active_ws_;
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size, n = step.rows;

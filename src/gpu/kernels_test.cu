@@ -287,6 +287,32 @@ TEST(DenseMultiTest, EqualsOneCallPerOutput) {
   }
 }
 
+// Activations that are not bf16 values take the bf16 hi + lo split (two MMAs per step; bf16-valued
+// ones skip the zero lo half): the result stays within 2^-16 of the row's magnitude of the exact sum.
+TEST(DenseMultiTest, Fp32ActivationsKeepTheLowHalf) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 3, out = 96, in = 1024;
+  const auto w = random_bf16(out * in, 0.05f, 81);
+  std::vector<float> x(rows * in);
+  std::mt19937_64 rng(82);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (float& v : x) v = d(rng);  // full fp32 mantissas
+  cpu::Fp32Linear ref{.out = out, .in = in, .weight = w};
+  std::vector<float> want(rows * out);
+  for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
+  std::vector<uint16_t> bits;
+  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  auto dx = to_device(x);
+  auto dw = to_device(bits);
+  DeviceBuffer<float> y(rows * out);
+  dense_linear(dx.get(), rows, in, dw.get(), true, out, in, 0, false, 0.0f, y.get(), nullptr);
+  const auto got = y.download();
+  double rmax = 0, worst = 0;
+  for (float v : want) rmax = std::max(rmax, std::fabs(double(v)));
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  EXPECT_LE(worst, std::ldexp(rmax, -16)) << "max |gpu - cpu| " << worst << " of row max " << rmax;
+}
+
 // Grouped bf16 linear (wo_a): output row o reads x[(o / opg)·in, ...) of a row of G·in values.
 TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
   SKIP_WITHOUT_GPU();

@@ -4,6 +4,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/kv_fp8.cuh"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 
 namespace dsv4::gpu {
@@ -13,6 +14,8 @@ constexpr int kWarps = 8;
 
 // One warp per row.
 __global__ void encode_kernel(const float* __restrict__ x, int64_t n, uint8_t* cache, int64_t first) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= n) return;
   const int64_t e = first + r;
@@ -21,6 +24,8 @@ __global__ void encode_kernel(const float* __restrict__ x, int64_t n, uint8_t* c
 }
 
 __global__ void decode_kernel(const uint8_t* __restrict__ cache, int64_t first, int64_t n, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n * kKvDim) return;
   const int64_t r = idx / kKvDim;
@@ -34,14 +39,14 @@ __global__ void decode_kernel(const uint8_t* __restrict__ cache, int64_t first, 
 void kv_encode_rows(const float* x, int64_t n, uint8_t* cache, int64_t first, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("kv_encode", double(n) * (kKvDim * 4 + kKvEntryBytes), s);
-  encode_kernel<<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(x, n, cache, first);
+  launch_pdl(encode_kernel, static_cast<unsigned>((n + kWarps - 1) / kWarps), kWarps * 32, 0, s, x, n, cache, first);
   CUDA_CHECK_LAUNCH();
 }
 
 void kv_decode_rows(const uint8_t* cache, int64_t first, int64_t n, float* out, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("kv_decode", double(n) * (kKvDim * 4 + kKvEntryBytes), s);
-  decode_kernel<<<static_cast<unsigned>((n * kKvDim + 255) / 256), 256, 0, s>>>(cache, first, n, out);
+  launch_pdl(decode_kernel, static_cast<unsigned>((n * kKvDim + 255) / 256), 256, 0, s, cache, first, n, out);
   CUDA_CHECK_LAUNCH();
 }
 

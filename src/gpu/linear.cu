@@ -18,6 +18,7 @@
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma.h"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 
 namespace dsv4::gpu {
@@ -28,6 +29,8 @@ constexpr int kWarps = 8;
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t blocks_per_row, int64_t in,
                                    int64_t total_blocks, uint8_t* __restrict__ codes,
                                    float* __restrict__ scales) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t b = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (b >= total_blocks) return;
   const int lane = threadIdx.x & 31;
@@ -49,6 +52,8 @@ __global__ void lin8_kernel(const uint8_t* __restrict__ xq, const float* __restr
                             int x_row_div, const uint8_t* __restrict__ w,
                             const uint8_t* __restrict__ ws, int64_t out, int64_t in,
                             const int32_t* __restrict__ ids, float* __restrict__ y, bool round_out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   const int64_t r = blockIdx.y;
@@ -78,6 +83,8 @@ __global__ void lin4_kernel(const uint8_t* __restrict__ xq, const float* __restr
                             int x_row_div, const uint8_t* __restrict__ w,
                             const uint8_t* __restrict__ ws, int64_t out, int64_t in,
                             const int32_t* __restrict__ ids, float* __restrict__ y, bool round_out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   const int64_t r = blockIdx.y;
@@ -110,6 +117,8 @@ __global__ void lin4_kernel(const uint8_t* __restrict__ xq, const float* __restr
 __global__ void dense_kernel(const float* __restrict__ x, int64_t x_stride, const void* __restrict__ w,
                              bool w_bf16, int64_t out, int64_t in, int64_t out_per_group,
                              bool round, float post_scale, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   const int64_t r = blockIdx.y;
@@ -134,6 +143,8 @@ __global__ void dense_kernel(const float* __restrict__ x, int64_t x_stride, cons
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t dim,
                                 float eps, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red[32];
   const float* xr = x + int64_t(blockIdx.x) * dim;
   double ss = 0.0;
@@ -209,6 +220,8 @@ __host__ __device__ constexpr int kRowsInFlight(int wt, int mt) { return (wt == 
 
 template <int WT, int MT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) skinny_kernel(SkinnyArgs a) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem[];
   double* parts = reinterpret_cast<double*>(smem);  // partials [MT][rpc][nwarps]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -312,8 +325,8 @@ void launch_skinny(SkinnyArgs a, cudaStream_t s) {
   a.tiles_per_group = (a.opg + rpc - 1) / rpc;
   const size_t smem = size_t(rpc * per_red);
   const dim3 grid(static_cast<unsigned>(groups * a.tiles_per_group));
-  if (MT == 1) skinny_kernel<WT, 1><<<grid, nwarps * 32, smem, s>>>(a);
-  else skinny_kernel<WT, 2><<<grid, nwarps * 32, smem, s>>>(a);
+  if (MT == 1) launch_pdl(skinny_kernel<WT, 1>, grid, nwarps * 32, smem, s, a);
+  else launch_pdl(skinny_kernel<WT, 2>, grid, nwarps * 32, smem, s, a);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -325,6 +338,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <int VPT>
 __global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                            int64_t dim, float eps, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red[32];
   const int64_t nvec = dim / 4;
   const float4* xr = reinterpret_cast<const float4*>(x + int64_t(blockIdx.x) * dim);
@@ -371,7 +386,7 @@ void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, 
   if (total == 0) return;
   prof::Launch pl("quantize_q8", double(rows) * in * 5 + double(total) * 4, s,
                   [&] { return "rows=" + std::to_string(rows) + " in=" + std::to_string(in); });
-  quantize_q8_kernel<<<(total + kWarps - 1) / kWarps, kWarps * 32, 0, s>>>(x, in / 128, in, total, codes, scales);
+  launch_pdl(quantize_q8_kernel, (total + kWarps - 1) / kWarps, kWarps * 32, 0, s, x, in / 128, in, total, codes, scales);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -386,7 +401,7 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                       xrows8 * in * (1 + 4.0 / 128) + double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   if (ids == nullptr && mma::lin8(xq, xs, rows, x_row_div, w, ws, out, in, y, round_out, s)) return;
-  lin8_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
+  launch_pdl(lin8_kernel, warp_grid(out, rows), kWarps * 32, 0, s, xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -400,7 +415,7 @@ void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   wrows4 * (double(out) * in / 2 + double(out) * in / 32) + xrows4 * in * (1 + 4.0 / 128) +
                       double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
-  lin4_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
+  launch_pdl(lin4_kernel, warp_grid(out, rows), kWarps * 32, 0, s, xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -423,7 +438,7 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
     else launch_skinny<kF32>(a, s);
     return;
   }
-  dense_kernel<<<warp_grid(out, rows), kWarps * 32, 0, s>>>(x, x_stride, w, w_bf16, out, in,
+  launch_pdl(dense_kernel, warp_grid(out, rows), kWarps * 32, 0, s, x, x_stride, w, w_bf16, out, in,
                                                            out_per_group, round_bf16, post_scale, y);
   CUDA_CHECK_LAUNCH();
 }
@@ -463,11 +478,11 @@ void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, fl
   if (dim % 4 == 0 && per <= 4 && aligned16(x) && aligned16(w) && aligned16(y)) {
     const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, ((dim / 4 + 31) / 32) * 32));
     const unsigned grid = static_cast<unsigned>(rows);
-    if (per == 1) rms_norm_vec_kernel<1><<<grid, threads, 0, s>>>(x, w, dim, eps, y);
-    else if (per == 2) rms_norm_vec_kernel<2><<<grid, threads, 0, s>>>(x, w, dim, eps, y);
-    else rms_norm_vec_kernel<4><<<grid, threads, 0, s>>>(x, w, dim, eps, y);
+    if (per == 1) launch_pdl(rms_norm_vec_kernel<1>, grid, threads, 0, s, x, w, dim, eps, y);
+    else if (per == 2) launch_pdl(rms_norm_vec_kernel<2>, grid, threads, 0, s, x, w, dim, eps, y);
+    else launch_pdl(rms_norm_vec_kernel<4>, grid, threads, 0, s, x, w, dim, eps, y);
   } else {
-    rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, s>>>(x, w, dim, eps, y);
+    launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows), 256, 0, s, x, w, dim, eps, y);
   }
   CUDA_CHECK_LAUNCH();
 }

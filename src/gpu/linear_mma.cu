@@ -21,6 +21,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma.h"
+#include "gpu/pdl.cuh"
 
 namespace dsv4::gpu::mma {
 namespace {
@@ -87,6 +88,8 @@ __device__ __forceinline__ uint32_t word(const uint4* v, int q) {
 // warp loaded before any is consumed (bytes in flight for decode sizes).
 template <Wt WT, int MT, int NF, int KU>
 __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int ES = WT == Wt::kFp8 ? 1 : 2;     // weight bytes per value
   constexpr int AV = WT == Wt::kFp8 ? 2 : 4;     // 16-byte vectors per row per lane per block
   __shared__ float red[kWarps][NF * 8][MT * 16];
@@ -222,10 +225,13 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
             const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
             const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
             const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
+            // bf16-valued activations (every model call) have lo == +0 exactly: that MMA would add
+            // exact zeros to the accumulator, so the warp skips it (same bits, half the MMAs).
+            const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_bf16(acc[mt][nf], af[mt], h0, h1);
-              mma_bf16(acc[mt][nf], af[mt], l0, l1);
+              if (lo) mma_bf16(acc[mt][nf], af[mt], l0, l1);
             }
           }
         }
@@ -276,7 +282,7 @@ bool launch(Args a, cudaStream_t s) {
   }
   const int64_t gx = (a.rows + NF * 8 - 1) / (NF * 8);
   if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
-  mma_linear_kernel<WT, MT, NF, KU><<<dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s>>>(a);
+  launch_pdl(mma_linear_kernel<WT, MT, NF, KU>, dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s, a);
   CUDA_CHECK_LAUNCH();
   return true;
 }

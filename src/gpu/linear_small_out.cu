@@ -18,7 +18,9 @@
 #include <algorithm>
 
 #include "gpu/cuda_check.h"
+#include "gpu/linear_small_out.cuh"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 
 namespace dsv4::gpu {
@@ -35,6 +37,8 @@ template <bool kBf16>
 __global__ void __launch_bounds__(kThreads) small_out_partials_kernel(const float* __restrict__ x, int64_t x_stride,
                                                                       const void* __restrict__ w, int out, int64_t in,
                                                                       int64_t rows, double* __restrict__ partial) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float ws[kSmallOutMax][kPad];
   __shared__ float xs[kMaxRowsPerCta][kPad];
   __shared__ double qs[kSmallOutMax * kMaxRowsPerCta][kQuarters];
@@ -77,14 +81,27 @@ __global__ void __launch_bounds__(kThreads) small_out_partials_kernel(const floa
 // One warp per (row, output): y[r · out + o] = fp32(Σ chunks) in the order of the file comment.
 __global__ void __launch_bounds__(kThreads) small_out_reduce_kernel(const double* __restrict__ partial, int64_t chunks,
                                                                     int64_t rows, int out, float* __restrict__ y) {
-  const int lane = threadIdx.x & 31;
+  pdl_wait();
+  pdl_trigger();
   const int64_t pair = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
   if (pair >= rows * out) return;  // warp-uniform
-  double v = 0.0;
-  for (int64_t c = lane; c < chunks; c += 32) v += partial[c * rows * out + pair];
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (lane == 0) y[pair] = float(v);
+  const double v = small_out_reduce_warp(partial, chunks, rows * out, pair);
+  if ((threadIdx.x & 31) == 0) y[pair] = float(v);
+}
+
+void launch_partials(const float* x, int64_t n, int64_t x_stride, const void* w, bool w_bf16, int64_t out, int64_t in,
+                     int64_t chunks, double* ws, cudaStream_t s) {
+  const dim3 grid(unsigned(chunks), unsigned((n + kMaxRowsPerCta - 1) / kMaxRowsPerCta));
+  if (w_bf16) launch_pdl(small_out_partials_kernel<true>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+  else launch_pdl(small_out_partials_kernel<false>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+}
+
+void check_args(int64_t rows, int64_t out, int64_t in, int64_t x_stride, int64_t ws_doubles, int64_t chunks) {
+  DSV4_CHECK(out > 0 && out <= kSmallOutMax, "small_out_linear: out ", out, " outside 1..", kSmallOutMax);
+  DSV4_CHECK(in > 0 && x_stride >= in, "small_out_linear: in ", in, ", x_stride ", x_stride);
+  const int64_t block = std::min<int64_t>(rows, kSmallOutRowBlock);
+  DSV4_CHECK(ws_doubles >= chunks * block * out, "small_out_linear: workspace of ", ws_doubles, " doubles < ",
+             chunks * block * out);
 }
 
 }  // namespace
@@ -97,27 +114,30 @@ int64_t small_out_linear_workspace(int64_t rows, int64_t out, int64_t in) {
 void small_out_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16, int64_t out,
                       int64_t in, double* ws, int64_t ws_doubles, float* y, cudaStream_t s) {
   if (rows == 0) return;
-  DSV4_CHECK(out > 0 && out <= kSmallOutMax, "small_out_linear: out ", out, " outside 1..", kSmallOutMax);
-  DSV4_CHECK(in > 0 && x_stride >= in, "small_out_linear: in ", in, ", x_stride ", x_stride);
   const int64_t chunks = (in + kChunk - 1) / kChunk;
-  const int64_t block = std::min<int64_t>(rows, kSmallOutRowBlock);
-  DSV4_CHECK(ws_doubles >= chunks * block * out, "small_out_linear: workspace of ", ws_doubles, " doubles < ",
-             chunks * block * out);
+  check_args(rows, out, in, x_stride, ws_doubles, chunks);
   prof::Launch pl("hc_mix_linear", double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * in * 4 + double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  const int64_t block = std::min<int64_t>(rows, kSmallOutRowBlock);
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t n = std::min<int64_t>(block, rows - r0);
-    const dim3 grid(unsigned(chunks), unsigned((n + kMaxRowsPerCta - 1) / kMaxRowsPerCta));
-    if (w_bf16)
-      small_out_partials_kernel<true><<<grid, kThreads, 0, s>>>(x + r0 * x_stride, x_stride, w, int(out), in, n, ws);
-    else
-      small_out_partials_kernel<false><<<grid, kThreads, 0, s>>>(x + r0 * x_stride, x_stride, w, int(out), in, n, ws);
-    CUDA_CHECK_LAUNCH();
+    launch_partials(x + r0 * x_stride, n, x_stride, w, w_bf16, out, in, chunks, ws, s);
     const int64_t warps = n * out;
-    small_out_reduce_kernel<<<unsigned((warps * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(ws, chunks, n,
-                                                                                                  int(out), y + r0 * out);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(small_out_reduce_kernel, unsigned((warps * 32 + kThreads - 1) / kThreads), kThreads, 0, s, ws, chunks, n,
+               int(out), y + r0 * out);
   }
+}
+
+int64_t small_out_linear_partials(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
+                                  int64_t out, int64_t in, double* ws, int64_t ws_doubles, cudaStream_t s) {
+  const int64_t chunks = (in + kChunk - 1) / kChunk;
+  DSV4_CHECK(rows > 0 && rows <= kSmallOutRowBlock, "small_out_linear_partials: rows ", rows, " outside 1..",
+             kSmallOutRowBlock);
+  check_args(rows, out, in, x_stride, ws_doubles, chunks);
+  prof::Launch pl("hc_mix_linear", double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * in * 4 + double(rows) * out * 8,
+                  s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  launch_partials(x, rows, x_stride, w, w_bf16, out, in, chunks, ws, s);
+  return chunks;
 }
 
 }  // namespace dsv4::gpu

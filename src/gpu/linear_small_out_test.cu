@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/linear.h"
+#include "cpu/mhc.h"
 #include "gpu/cuda_check.h"
 #include "gpu/ops.h"
 #include "numerics/formats.h"
@@ -94,6 +95,65 @@ TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
     }
   }
 }
+
+// hc_pre_norm (partials reduced inside hc_pre, RMSNorm fused) against the three launches it
+// replaces: post / comb bit-equal, x within one bf16 ulp (its sum of squares runs in another
+// double order) and almost always equal; and against the CPU's hc_pre + rms_norm.
+class HcPreNormTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const auto [D, n] = GetParam();
+  const int hc = 4, M = hc * (2 + hc);
+  const auto streams = random_f32(n * hc * D, 1.0f, 30 + n, true);
+  cpu::HcWeights w;
+  w.fn = cpu::Fp32Linear{.out = M, .in = hc * D, .weight = random_f32(M * hc * D, 0.01f, 31, false)};
+  w.base = random_f32(M, 0.1f, 32, true);
+  w.scale = {1.0f, 0.9f, 1.1f};
+  const auto norm = random_f32(D, 0.1f, 33, true);
+  std::vector<float> norm1(norm);
+  for (float& v : norm1) v += 1.0f;
+  const cpu::HcParams cp;
+  std::vector<float> want(n * D), mixed(D), hp_post(hc), hp_comb(hc * hc);
+  for (int t = 0; t < n; ++t) {
+    cpu::hc_pre(std::span(streams).subspan(t * hc * D, hc * D), w, cp, mixed, hp_post, hp_comb);
+    cpu::rms_norm(mixed, norm1, cp.norm_eps, std::span(want).subspan(t * D, D));
+  }
+  auto ds = to_device(streams), dfn = to_device(w.fn.weight), db = to_device(w.base), dsc = to_device(w.scale);
+  auto dn = to_device(norm1);
+  const int64_t need = small_out_linear_workspace(n, M, hc * D);
+  DeviceBuffer<double> ws(static_cast<size_t>(need));
+  DeviceBuffer<float> mixes(n * M), mx(n * D), x3(n * D), post3(n * hc), comb3(n * hc * hc), x(n * D), post(n * hc),
+      comb(n * hc * hc);
+  HcDeviceParams hp;
+  hp.norm_eps = cp.norm_eps;
+  small_out_linear(ds.get(), n, hc * D, dfn.get(), false, M, hc * D, ws.get(), need, mixes.get(), nullptr);
+  hc_pre_finish(ds.get(), mixes.get(), n, D, dsc.get(), db.get(), hp, mx.get(), post3.get(), comb3.get(), nullptr);
+  rms_norm_rows(mx.get(), dn.get(), n, D, cp.norm_eps, x3.get(), nullptr);
+  const int64_t chunks =
+      small_out_linear_partials(ds.get(), n, hc * D, dfn.get(), false, M, hc * D, ws.get(), need, nullptr);
+  ASSERT_TRUE(hc_pre_norm(ds.get(), ws.get(), chunks, n, D, dsc.get(), db.get(), hp, dn.get(), x.get(), post.get(),
+                          comb.get(), nullptr));
+  const auto gp = post.download(), gp3 = post3.download(), gc = comb.download(), gc3 = comb3.download();
+  EXPECT_EQ(0, std::memcmp(gp.data(), gp3.data(), gp.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(gc.data(), gc3.data(), gc.size() * sizeof(float)));
+  const auto gx = x.download(), gx3 = x3.download();
+  int64_t differ = 0;
+  double worst_cpu = 0;
+  for (size_t i = 0; i < gx.size(); ++i) {
+    if (gx[i] != gx3[i]) {
+      ++differ;
+      EXPECT_LE(std::fabs(gx[i] - gx3[i]), std::ldexp(std::fabs(gx3[i]), -7)) << "element " << i;
+    }
+    worst_cpu = std::max(worst_cpu, std::fabs(double(gx[i]) - want[i]) / std::max(1e-30, std::fabs(double(want[i]))));
+  }
+  EXPECT_LE(differ, int64_t(gx.size() / 1000) + 1);
+  EXPECT_LE(worst_cpu, 1.0 / 128);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, HcPreNormTest,
+                         ::testing::Values(std::tuple{256, 3}, std::tuple{4096, 1}, std::tuple{4096, 16},
+                                           std::tuple{4096, 64}, std::tuple{200, 2}));
 
 TEST(SmallOutLinearTest, RefusesTooManyOutputsAndShortWorkspace) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";

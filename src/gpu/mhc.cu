@@ -10,7 +10,9 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
+#include "gpu/linear_small_out.cuh"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 
 namespace dsv4::gpu {
@@ -77,6 +79,8 @@ __device__ void weighted_sum(const float* X, const float* pre, int hc, int64_t d
 __global__ void hc_pre_kernel(const float* __restrict__ streams, const float* __restrict__ mixes_raw,
                               int64_t dim, const float* scale, const float* base, HcDeviceParams p,
                               float* x, float* post, float* comb) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red[32];
   __shared__ float pre_s[kMaxHc];
   const int64_t t = blockIdx.x;
@@ -101,6 +105,8 @@ __global__ void hc_pre_kernel(const float* __restrict__ streams, const float* __
 __global__ void hc_head_kernel(const float* __restrict__ streams, const float* __restrict__ mixes_raw,
                                int64_t dim, const float* scale, const float* base, HcDeviceParams p,
                                float* y) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red[32];
   __shared__ float pre_s[kMaxHc];
   const int64_t t = blockIdx.x;
@@ -163,15 +169,33 @@ __device__ void sinkhorn_split_warp(const float* mixes_raw_t, float rs, const fl
   }
 }
 
+// Optional fusions (nullptr = off): parts/chunks — the raw mixes arrive as small_out_linear
+// partial sums [chunks, n, M] and are reduced here with the same warp order (same bits);
+// norm_w — x is written as RMSNorm_w(mixed) (rms_norm_rows' formula, eps = p.norm_eps) instead of
+// mixed itself.
 template <bool kHead>
 __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __restrict__ streams,
                                                              const float* __restrict__ mixes_raw, int64_t dim,
                                                              const float* scale, const float* base, HcDeviceParams p,
-                                                             float* x, float* post, float* comb) {
+                                                             float* x, float* post, float* comb,
+                                                             const double* __restrict__ parts, int64_t chunks,
+                                                             const float* __restrict__ norm_w) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red[32];
   __shared__ float pre_s[kFastHc];
-  constexpr int hc = kFastHc;
+  __shared__ float mix_s[kFastHc * (2 + kFastHc)];
+  constexpr int hc = kFastHc, M = kHead ? hc : hc * (2 + hc);
   const int64_t t = blockIdx.x, nvec = dim / 4;
+  const float* mixes_t = mixes_raw + t * M;
+  if (parts != nullptr) {
+    for (int o = threadIdx.x >> 5; o < M; o += kFastThreads / 32) {
+      const double v = small_out_reduce_warp(parts, chunks, int64_t(gridDim.x) * M, t * M + o);
+      if ((threadIdx.x & 31) == 0) mix_s[o] = float(v);
+    }
+    __syncthreads();
+    mixes_t = mix_s;
+  }
   const float4* X = reinterpret_cast<const float4*>(streams + t * hc * dim);
   float4 v[hc][kFastVpt];
   double ss = 0.0;
@@ -196,10 +220,9 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
   if (threadIdx.x < 32) {
     if (kHead) {
       if (threadIdx.x < hc)
-        pre_s[threadIdx.x] = sigmoidf_ref(mixes_raw[t * hc + threadIdx.x] * rs * scale[0] + base[threadIdx.x]) + p.hc_eps;
+        pre_s[threadIdx.x] = sigmoidf_ref(mixes_t[threadIdx.x] * rs * scale[0] + base[threadIdx.x]) + p.hc_eps;
     } else {
-      sinkhorn_split_warp(mixes_raw + t * hc * (2 + hc), rs, scale, base, p.iters, p.hc_eps, pre_s, post + t * hc,
-                          comb + t * hc * hc);
+      sinkhorn_split_warp(mixes_t, rs, scale, base, p.iters, p.hc_eps, pre_s, post + t * hc, comb + t * hc * hc);
     }
   }
   __syncthreads();
@@ -212,12 +235,35 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
     s += p3 * d;
     return round_bf16(s);
   };
+  float4 m[kFastVpt];
+#pragma unroll
+  for (int q = 0; q < kFastVpt; ++q)
+    m[q] = make_float4(mix(v[0][q].x, v[1][q].x, v[2][q].x, v[3][q].x), mix(v[0][q].y, v[1][q].y, v[2][q].y, v[3][q].y),
+                       mix(v[0][q].z, v[1][q].z, v[2][q].z, v[3][q].z), mix(v[0][q].w, v[1][q].w, v[2][q].w, v[3][q].w));
+  float rn = 0.0f;
+  if (norm_w != nullptr) {  // padding lanes hold mix(0, ...) = 0: they add nothing
+    double sn = 0.0;
+#pragma unroll
+    for (int q = 0; q < kFastVpt; ++q) {
+      sn += double(m[q].x) * double(m[q].x);
+      sn += double(m[q].y) * double(m[q].y);
+      sn += double(m[q].z) * double(m[q].z);
+      sn += double(m[q].w) * double(m[q].w);
+    }
+    sn = block_sum(sn, red);
+    rn = 1.0f / sqrtf(float(sn / double(dim)) + p.norm_eps);
+  }
 #pragma unroll
   for (int q = 0; q < kFastVpt; ++q) {
     const int64_t k = threadIdx.x + int64_t(q) * kFastThreads;
-    if (k < nvec)
-      xo[k] = make_float4(mix(v[0][q].x, v[1][q].x, v[2][q].x, v[3][q].x), mix(v[0][q].y, v[1][q].y, v[2][q].y, v[3][q].y),
-                          mix(v[0][q].z, v[1][q].z, v[2][q].z, v[3][q].z), mix(v[0][q].w, v[1][q].w, v[2][q].w, v[3][q].w));
+    if (k >= nvec) continue;
+    if (norm_w == nullptr) {
+      xo[k] = m[q];
+    } else {
+      const float4 wv = __ldg(reinterpret_cast<const float4*>(norm_w) + k);
+      xo[k] = make_float4(round_bf16(wv.x * (m[q].x * rn)), round_bf16(wv.y * (m[q].y * rn)),
+                          round_bf16(wv.z * (m[q].z * rn)), round_bf16(wv.w * (m[q].w * rn)));
+    }
   }
 }
 
@@ -229,6 +275,8 @@ bool hc_fast_ok(int hc, int64_t dim, const void* streams, const void* out) {
 __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restrict__ post,
                                const float* __restrict__ comb, int64_t n, int64_t dim, int hc,
                                float* streams) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n * dim) return;
   const int64_t t = idx / dim, k = idx % dim;
@@ -254,18 +302,30 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
   prof::Launch pl("hc_pre", double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(n) * p.hc * (3 + 2 * p.hc) * 4, s,
                   [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   if (hc_fast_ok(p.hc, dim, streams, x))
-    hc_fast_kernel<false><<<static_cast<unsigned>(n), kFastThreads, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x,
-                                                                           post, comb);
+    launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, mixes_raw, dim, scale,
+               base, p, x, post, comb, nullptr, int64_t{0}, nullptr);
   else
-    hc_pre_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, x, post, comb);
+    launch_pdl(hc_pre_kernel, static_cast<unsigned>(n), 256, 0, s, streams, mixes_raw, dim, scale, base, p, x, post, comb);
   CUDA_CHECK_LAUNCH();
+}
+
+bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
+                 const float* scale, const float* base, const HcDeviceParams& p, const float* norm_w, float* x,
+                 float* post, float* comb, cudaStream_t s) {
+  if (n == 0) return true;
+  if (!hc_fast_ok(p.hc, dim, streams, x) || (reinterpret_cast<uintptr_t>(norm_w) & 15) != 0) return false;
+  prof::Launch pl("hc_pre", double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(chunks) * n * p.hc * (2 + p.hc) * 8,
+                  s, [&] { return std::string("n=") + std::to_string(n) + " dim=" + std::to_string(dim) + " +mix +norm"; });
+  launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, nullptr, dim, scale, base, p,
+             x, post, comb, parts, chunks, norm_w);
+  return true;
 }
 
 void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
              float* streams, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("hc_post", double(n) * dim * 4 + double(n) * hc * dim * 8, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  hc_post_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(f, post, comb, n, dim, hc, streams);
+  launch_pdl(hc_post_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, f, post, comb, n, dim, hc, streams);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -276,10 +336,10 @@ void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int
   if (n == 0) return;
   prof::Launch pl("hc_head", double(n) * p.hc * dim * 4 + double(n) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   if (hc_fast_ok(p.hc, dim, streams, y))
-    hc_fast_kernel<true><<<static_cast<unsigned>(n), kFastThreads, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y,
-                                                                          nullptr, nullptr);
+    launch_pdl(hc_fast_kernel<true>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, mixes_raw, dim, scale,
+               base, p, y, nullptr, nullptr, nullptr, int64_t{0}, nullptr);
   else
-    hc_head_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(streams, mixes_raw, dim, scale, base, p, y);
+    launch_pdl(hc_head_kernel, static_cast<unsigned>(n), 256, 0, s, streams, mixes_raw, dim, scale, base, p, y);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 
 namespace dsv4::gpu {
@@ -24,6 +25,8 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
                              const int32_t* __restrict__ tid2eid, const int32_t* __restrict__ tokens,
                              int64_t n, int E, int k, float route_scale, int32_t* ids, float* weights,
                              int32_t* ids_sel) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float s_score[kMaxE];
   __shared__ float s_biased[kMaxE];
   __shared__ unsigned char s_taken[kMaxE];
@@ -104,6 +107,8 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
 
 __global__ void swiglu_kernel(const float* g, const float* u, const float* weight, int64_t total,
                               int64_t inter, float limit, float* h) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   float gv = g[i], uv = u[i];
@@ -118,6 +123,8 @@ __global__ void swiglu_kernel(const float* g, const float* u, const float* weigh
 
 __global__ void combine_kernel(const float* routed, const float* shared, int64_t n, int k, int64_t dim,
                                float* f, bool round_out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * dim) return;
   const int64_t t = i / dim, c = i % dim;
@@ -134,7 +141,7 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
   DSV4_CHECK(E <= kMaxE && k <= kMaxK, "MoE with ", E, " experts, top-", k, " is not supported");
   if (n == 0) return;
   prof::Launch pl("moe_route", double(n) * E * 4 + double(E) * 4 + double(n) * k * 12, s);
-  route_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(logits, bias, tid2eid, tokens, n, E, k, route_scale,
+  launch_pdl(route_kernel, static_cast<unsigned>(n), 256, 0, s, logits, bias, tid2eid, tokens, n, E, k, route_scale,
                                                         ids, weights, ids_selection_order);
   CUDA_CHECK_LAUNCH();
 }
@@ -143,7 +150,7 @@ void swiglu(const float* g, const float* u, const float* weight, int64_t rows, i
             float* h, cudaStream_t s) {
   if (rows == 0) return;
   prof::Launch pl("swiglu", double(rows) * inter * 12, s);
-  swiglu_kernel<<<static_cast<unsigned>((rows * inter + 255) / 256), 256, 0, s>>>(g, u, weight, rows * inter,
+  launch_pdl(swiglu_kernel, static_cast<unsigned>((rows * inter + 255) / 256), 256, 0, s, g, u, weight, rows * inter,
                                                                                  inter, limit, h);
   CUDA_CHECK_LAUNCH();
 }
@@ -152,7 +159,7 @@ void moe_combine(const float* routed, const float* shared, int64_t n, int k, int
                  cudaStream_t s, bool round_out) {
   if (n == 0) return;
   prof::Launch pl("moe_combine", double(n) * k * dim * 4 + double(n) * dim * 8, s);
-  combine_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s>>>(routed, shared, n, k, dim, f, round_out);
+  launch_pdl(combine_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, routed, shared, n, k, dim, f, round_out);
   CUDA_CHECK_LAUNCH();
 }
 

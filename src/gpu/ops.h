@@ -60,6 +60,10 @@ constexpr int64_t kSmallOutRowBlock = 512;
 int64_t small_out_linear_workspace(int64_t rows, int64_t out, int64_t in);
 void small_out_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16, int64_t out,
                       int64_t in, double* ws, int64_t ws_doubles, float* y, cudaStream_t s);
+// Its first half alone (rows ≤ kSmallOutRowBlock): the double partials [chunks, rows, out] into
+// ws, for a consumer that reduces them itself (hc_pre_norm). Returns chunks.
+int64_t small_out_linear_partials(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
+                                  int64_t out, int64_t in, double* ws, int64_t ws_doubles, cudaStream_t s);
 // RMSNorm: y = bf16(w·(x·rsqrt(mean(x²)+eps))) per row of dim values.
 void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                    cudaStream_t s);
@@ -96,6 +100,15 @@ struct HcDeviceParams {
 void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
                    const float* scale, const float* base, const HcDeviceParams& p, float* x,
                    float* post, float* comb, cudaStream_t s);
+// hc_pre_finish fused with the reduction of its mixes and the block's RMSNorm, for hc = 4 (the
+// fast path): the raw mixes come as small_out_linear_partials output (parts [chunks, n, M]),
+// reduced with small_out_linear's order (same bits), and x = RMSNorm_norm_w(mixed) by
+// rms_norm_rows' formula (eps = p.norm_eps; its double sum of squares in another fixed order) —
+// one launch instead of three. Returns false,
+// launching nothing, when the fast path does not apply (the caller runs the three steps).
+bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
+                 const float* scale, const float* base, const HcDeviceParams& p, const float* norm_w, float* x,
+                 float* post, float* comb, cudaStream_t s);
 // X'_j = bf16(post_j·f + Σ_i comb[i][j]·X_i) in place.
 void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
              float* streams, cudaStream_t s);

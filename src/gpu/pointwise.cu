@@ -6,6 +6,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
 
 namespace dsv4::gpu {
@@ -13,6 +14,8 @@ namespace {
 
 // cpu attention.cpp head_rms_bf16: every intermediate rounded to bf16, sum in row order.
 __global__ void head_rms_kernel(float* x, int64_t rows, int len, float eps) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   float* q = x + r * len;
@@ -29,6 +32,8 @@ __global__ void head_rms_kernel(float* x, int64_t rows, int len, float eps) {
 // then every lane scales its share. Rows are independent, so warps are too.
 constexpr int kHeadRmsWarps = 4;
 __global__ void head_rms_warp_kernel(float* x, int64_t rows, int len, float eps) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) float sq_all[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t r = int64_t(blockIdx.x) * kHeadRmsWarps + warp;
@@ -60,6 +65,8 @@ __global__ void head_rms_warp_kernel(float* x, int64_t rows, int len, float eps)
 __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos,
                             int64_t pos0, int64_t pos_step, const float* __restrict__ table,
                             int pairs, bool inverse) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * pairs) return;
   const int64_t r = idx / pairs;
@@ -75,6 +82,8 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
 constexpr int kSimWarps = 8;
 template <bool Q4>
 __global__ void __launch_bounds__(kSimWarps * 32) simulate_q_kernel(float* x, int64_t rows, int64_t stride, int len, int block) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * kSimWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   const int nb = len / block;
@@ -97,6 +106,8 @@ __global__ void __launch_bounds__(kSimWarps * 32) simulate_q_kernel(float* x, in
 
 // Block per row, len threads: fast transform in double (exact for bf16 inputs).
 __global__ void hadamard_kernel(float* x, int len) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ double buf[];
   float* row = x + int64_t(blockIdx.x) * len;
   const int t = threadIdx.x;
@@ -116,6 +127,8 @@ __global__ void hadamard_kernel(float* x, int len) {
 
 __global__ void embed_kernel(const uint16_t* __restrict__ embed, const int32_t* __restrict__ ids,
                              int64_t n, int hc, int64_t dim, float* __restrict__ streams) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n * hc * dim) return;
   const int64_t t = idx / (hc * dim), k = idx % dim;
@@ -124,6 +137,8 @@ __global__ void embed_kernel(const uint16_t* __restrict__ embed, const int32_t* 
 
 __global__ void add_bf16_kernel(const float* a, const float* b, int64_t total, int64_t dim, int b_div,
                                 float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t row = i / dim, k = i % dim;
@@ -131,6 +146,8 @@ __global__ void add_bf16_kernel(const float* a, const float* b, int64_t total, i
 }
 
 __global__ void round_bf16_kernel(float* x, int64_t total) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < total) x[i] = round_bf16(x[i]);
 }
@@ -144,9 +161,9 @@ void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t
   prof::Launch pl("head_rms", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   if (len % 4 == 0 && len <= 2048) {  // ≤ 32 KB of shared memory per block
     const size_t smem = size_t(kHeadRmsWarps) * len * sizeof(float);
-    head_rms_warp_kernel<<<blocks_for(rows, kHeadRmsWarps), kHeadRmsWarps * 32, smem, s>>>(x, rows, len, eps);
+    launch_pdl(head_rms_warp_kernel, blocks_for(rows, kHeadRmsWarps), kHeadRmsWarps * 32, smem, s, x, rows, len, eps);
   } else {
-    head_rms_kernel<<<blocks_for(rows, 128), 128, 0, s>>>(x, rows, len, eps);
+    launch_pdl(head_rms_kernel, blocks_for(rows, 128), 128, 0, s, x, rows, len, eps);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -156,7 +173,7 @@ void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int
   if (rows == 0) return;
   prof::Launch pl(inverse ? "rope (inverse)" : "rope", double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
                   [&] { return std::string("rows=") + std::to_string(rows) + " " + "pairs=" + std::to_string(pairs); });
-  rope_kernel<<<blocks_for(rows * pairs, 256), 256, 0, s>>>(x, rows, stride, rows_per_pos, pos0, pos_step,
+  launch_pdl(rope_kernel, blocks_for(rows * pairs, 256), 256, 0, s, x, rows, stride, rows_per_pos, pos0, pos_step,
                                                             table, pairs, inverse);
   CUDA_CHECK_LAUNCH();
 }
@@ -165,7 +182,7 @@ void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block
   DSV4_CHECK(len % block == 0, "Q8 simulate: ", len, " not a multiple of ", block);
   if (rows == 0) return;
   prof::Launch pl("simulate_q8", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
-  simulate_q_kernel<false><<<blocks_for(rows * (len / block), kSimWarps), kSimWarps * 32, 0, s>>>(x, rows, stride, len, block);
+  launch_pdl(simulate_q_kernel<false>, blocks_for(rows * (len / block), kSimWarps), kSimWarps * 32, 0, s, x, rows, stride, len, block);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -173,7 +190,7 @@ void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block
   DSV4_CHECK(len % block == 0, "Q4 simulate: ", len, " not a multiple of ", block);
   if (rows == 0) return;
   prof::Launch pl("simulate_q4", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
-  simulate_q_kernel<true><<<blocks_for(rows * (len / block), kSimWarps), kSimWarps * 32, 0, s>>>(x, rows, stride, len, block);
+  launch_pdl(simulate_q_kernel<true>, blocks_for(rows * (len / block), kSimWarps), kSimWarps * 32, 0, s, x, rows, stride, len, block);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -181,7 +198,7 @@ void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s) {
   DSV4_CHECK(len > 0 && len <= 1024 && (len & (len - 1)) == 0, "Hadamard length ", len);
   if (rows == 0) return;
   prof::Launch pl("hadamard", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
-  hadamard_kernel<<<static_cast<unsigned>(rows), len, len * sizeof(double), s>>>(x, len);
+  launch_pdl(hadamard_kernel, static_cast<unsigned>(rows), len, len * sizeof(double), s, x, len);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -189,7 +206,7 @@ void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, in
                 float* streams, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("embed", double(n) * dim * 2 + double(n) * hc * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  embed_kernel<<<blocks_for(n * hc * dim, 256), 256, 0, s>>>(embed, ids, n, hc, dim, streams);
+  launch_pdl(embed_kernel, blocks_for(n * hc * dim, 256), 256, 0, s, embed, ids, n, hc, dim, streams);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -197,14 +214,14 @@ void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div,
               cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("add_bf16", double(n) * dim * 8 + double(n / b_div) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  add_bf16_kernel<<<blocks_for(n * dim, 256), 256, 0, s>>>(a, b, n * dim, dim, b_div, out);
+  launch_pdl(add_bf16_kernel, blocks_for(n * dim, 256), 256, 0, s, a, b, n * dim, dim, b_div, out);
   CUDA_CHECK_LAUNCH();
 }
 
 void round_bf16_values(float* x, int64_t count, cudaStream_t s) {
   if (count == 0) return;
   prof::Launch pl("round_bf16", double(count) * 8, s);
-  round_bf16_kernel<<<blocks_for(count, 256), 256, 0, s>>>(x, count);
+  launch_pdl(round_bf16_kernel, blocks_for(count, 256), 256, 0, s, x, count);
   CUDA_CHECK_LAUNCH();
 }
 
