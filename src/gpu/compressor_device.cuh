@@ -11,21 +11,27 @@
 
 namespace dsv4::gpu::detail {
 
-// Σ_s kv_s·softmax(score)_s over `count` slots (two segments: rows [0, r) column ca, rows
-// [r, 2r) column cb for overlap; one segment for non-overlap).
+// Σ_i kv_at(i)·softmax(sc_at)_i over `count` slots, in slot order (the CPU's fp32 order).
+template <class KvAt, class ScAt>
+__device__ __forceinline__ float compressor_pool_of(int count, const KvAt& kv_at, const ScAt& sc_at) {
+  float m = -INFINITY;
+  for (int i = 0; i < count; ++i) m = fmaxf(m, sc_at(i));
+  float sum = 0.0f;
+  for (int i = 0; i < count; ++i) sum += dexpf(sc_at(i) - m);
+  float out = 0.0f;
+  for (int i = 0; i < count; ++i) out += kv_at(i) * (dexpf(sc_at(i) - m) / sum);
+  return out;
+}
+
+// The pool over the state (two segments: rows [0, r) column ca, rows [r, 2r) column cb for
+// overlap; one segment for non-overlap).
 __device__ __forceinline__ float compressor_pool(const float* kv, const float* sc, int width, int r, bool overlap,
                                                  int ca, int cb) {
   const int count = overlap ? 2 * r : r;
   auto at = [&](const float* base, int sidx) {
     return (overlap && sidx >= r) ? base[sidx * width + cb] : base[sidx * width + ca];
   };
-  float m = -INFINITY;
-  for (int i = 0; i < count; ++i) m = fmaxf(m, at(sc, i));
-  float sum = 0.0f;
-  for (int i = 0; i < count; ++i) sum += dexpf(at(sc, i) - m);
-  float out = 0.0f;
-  for (int i = 0; i < count; ++i) out += at(kv, i) * (dexpf(at(sc, i) - m) / sum);
-  return out;
+  return compressor_pool_of(count, [&](int i) { return at(kv, i); }, [&](int i) { return at(sc, i); });
 }
 
 // One token of channel c at position pos: writes the state slot, and on a window boundary

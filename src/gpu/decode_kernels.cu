@@ -209,6 +209,20 @@ void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void positions_kernel(int32_t* pos, int64_t n, int64_t first) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) pos[i] = int32_t(first + i);
+}
+}  // namespace
+
+void fill_positions(int32_t* pos, int64_t n, int64_t first, cudaStream_t s) {
+  DSV4_CHECK(first >= 0 && first + n <= INT32_MAX, "positions ", first, "+", n);
+  if (n == 0) return;
+  positions_kernel<<<blocks_for(n, 256), 256, 0, s>>>(pos, n, first);
+  CUDA_CHECK_LAUNCH();
+}
+
 // ---- Dispatch ------------------------------------------------------------------------------
 
 DecodeAttnPath choose_decode_attn_path(int device, int64_t heads, int index_heads, int index_dim, int index_topk) {

@@ -84,6 +84,10 @@ void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_
 void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const DecodeLayerCache* caches, int win,
                         int d, cudaStream_t s);
 
+// pos[i] = first + i for i < n: device positions of one sequence's consecutive rows (prefill
+// through the per-row sm_90a kernels).
+void fill_positions(int32_t* pos, int64_t n, int64_t first, cudaStream_t s);
+
 // ---- Dispatch: the plain kernels above or the sm_90a ones --------------------------------
 enum class DecodeAttnPath { kPlain, kSm90 };
 // kSm90 on a compute capability 9.0 device when the shapes fit the sm_90a kernels (heads ≤ 64,

@@ -197,6 +197,84 @@ INSTANTIATE_TEST_SUITE_P(
                       CompressorCase{4, 512, true, false, {1, 3, 11, 127, 128, 200, 511}},
                       CompressorCase{128, 512, false, false, {0, 126, 127, 255, 256, 300, 383}}));
 
+// compressor_step evaluates a call's tokens in parallel (compressor.cu): chunked calls at any
+// start position must leave the state and entries the serial per-token machine (the decode
+// kernel, one call per position) leaves, bit for bit, from an arbitrary initial state.
+TEST_P(DecodeCompressorTest, ChunkedStepMatchesTokenByToken) {
+  SKIP_WITHOUT_GPU();
+  const CompressorCase cc = GetParam();
+  const int64_t N = 400, entries = N / cc.ratio + 1;
+  const int64_t width = (cc.overlap ? 2 : 1) * int64_t{cc.h}, slots = (cc.overlap ? 2 : 1) * int64_t{cc.ratio};
+  const int pairs = 32;
+  const float eps = 1e-6f;
+  const auto kv = to_device(random_values(N * width, 1.0f, 20));
+  const auto score = to_device(random_values(N * width, 1.0f, 21));
+  const auto ape = to_device(random_values(cc.ratio * width, 0.5f, 22));
+  const auto norm = to_device(random_values(cc.h, 0.1f, 23, 1.0f));
+  const auto table = to_device(random_values(N * pairs * 2, 1.0f, 24));
+  const auto k0 = random_values(slots * width, 1.0f, 25), s0 = random_values(slots * width, 1.0f, 26);
+  auto st_kv = to_device(k0), st_sc = to_device(s0), ref_kv = to_device(k0), ref_sc = to_device(s0);
+  DeviceBuffer<float> keys, ref_keys, raw;
+  DeviceBuffer<uint8_t> cache, ref_cache;
+  if (cc.indexer) {
+    const auto e0 = random_values(entries * cc.h, 1.0f, 27);
+    keys = to_device(e0);
+    ref_keys = to_device(e0);
+  } else {
+    const auto e0 = random_bytes(kv_cache_bytes(entries), 27);
+    cache = to_device(e0);
+    ref_cache = to_device(e0);
+    raw = to_device(std::vector<float>(static_cast<size_t>(entries * cc.h)));
+  }
+  // Chunked: as GpuModel::compress (step, then finish of the entries the call emitted).
+  const std::vector<int64_t> cuts = {0, 5, 6, 133, 134, 300, N};
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const int64_t start = cuts[i], n = cuts[i + 1] - start;
+    const int64_t first = start / cc.ratio, total = (start + n) / cc.ratio;
+    float* rows = cc.indexer ? keys.get() + first * cc.h : raw.get();
+    compressor_step(kv.get() + start * width, score.get() + start * width, ape.get(), n, start, cc.ratio, cc.h,
+                    cc.overlap, st_kv.get(), st_sc.get(), rows, nullptr);
+    compressor_finish(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
+                      cc.indexer ? nullptr : cache.get(), nullptr);
+  }
+  // Token by token on the decode kernel.
+  DecodeCompressorCache c{.state_kv = ref_kv.get(), .state_score = ref_sc.get()};
+  DecodeLayerCache row;
+  if (cc.indexer) {
+    c.keys = ref_keys.get();
+    row.index = c;
+  } else {
+    c.cache = ref_cache.get();
+    row.comp = c;
+  }
+  const auto caches = to_device(std::vector<DecodeLayerCache>{row});
+  std::vector<int> all(static_cast<size_t>(N));
+  for (int64_t p = 0; p < N; ++p) all[p] = static_cast<int>(p);
+  const auto pos_dev = to_device(as_i32(all));
+  DecodeCompressorArgs a;
+  a.ape = ape.get();
+  a.norm = norm.get();
+  a.rope_table = table.get();
+  a.pairs = pairs;
+  a.eps = eps;
+  a.ratio = cc.ratio;
+  a.h = cc.h;
+  a.overlap = cc.overlap;
+  a.indexer = cc.indexer;
+  for (int64_t p = 0; p < N; ++p) {
+    a.kv = kv.get() + p * width;
+    a.score = score.get() + p * width;
+    decode_compressor(a, 1, pos_dev.get() + p, caches.get(), nullptr);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(st_kv.download(), ref_kv.download())) << "state kv";
+  EXPECT_TRUE(same_bits(st_sc.download(), ref_sc.download())) << "state score";
+  if (cc.indexer)
+    EXPECT_TRUE(same_bits(keys.download(), ref_keys.download())) << "indexer keys";
+  else
+    EXPECT_TRUE(same_bits(fp8_entries(cache, N / cc.ratio), fp8_entries(ref_cache, N / cc.ratio))) << "FP8 cache";
+}
+
 TEST(DecodeKernels, IndexTopkMatchesPerRow) {
   SKIP_WITHOUT_GPU();
   const int ratio = 4, heads = 8, dh = 128;

@@ -33,15 +33,18 @@
 
 namespace dsv4::gpu {
 
+struct SparseAttnArgs;  // ops.h
+
 struct GpuModelOptions {
   int64_t max_seq_len = 0;  // 0 = min(max_position_embeddings, 65536)
   // Tensor parallelism: this model is shard tp_rank of tp_size (heads, output groups and the
   // expert/shared-expert intermediate dims split; everything else replicated).
   int tp_rank = 0;
   int tp_size = 1;
-  // Batched decode's CSA indexer and sparse attention: the sm_90a tensor-core kernels where
-  // the device and shapes allow (decode_ops.h choose_decode_attn_path; tolerance-equal to
-  // forward()), or with plain_decode_attention the plain kernels (bit-identical to forward()).
+  // The CSA indexer and sparse attention of batched decode and of forward() (prefill): the
+  // sm_90a tensor-core kernels where the device and shapes allow (decode_ops.h
+  // choose_decode_attn_path; tolerance-equal to the plain ones), or with plain_decode_attention
+  // the plain kernels (ops.h; decode then bit-identical to forward()).
   bool plain_decode_attention = false;
 };
 
@@ -185,8 +188,20 @@ class GpuModel {
   void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out);
   void block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
                      int64_t start_pos, int64_t n, int64_t window_len, float* streams);
+  // Prefill / forward attention (gpu_model_prefill_attn.cpp): the plain kernels (ops.h) or, on
+  // attn_path_ == kSm90, the sm_90a ones through the two helpers below.
   void attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
                  int64_t start_pos, int64_t window_len, float* out);
+  // sm_90a prefill, rows = the n positions start_pos.. of one sequence (pos: device [n]).
+  // Indexer: iq [n, HI, dh], iw [n, HI] against the fp32 keys → sel [n, index_topk] (−1
+  // padded) and cnt [n], as index_scores + index_topk (tolerance-equal).
+  void prefill_index_sm90(const float* iq, const float* iw, int64_t n, int64_t start_pos, const int32_t* pos,
+                          int ratio, const float* keys, int32_t* sel, int32_t* cnt);
+  // Attention as sparse_attention(a) (a.n rows at a.start_pos; tolerance-equal): the window
+  // rows (ring entries before start_pos, then a.kv_new) are staged in a linear FP8 pool, the
+  // compressed list is a.selected (CSA) or implicit (HCA). Reads the ring: call before the
+  // ring update.
+  void prefill_attend_sm90(const SparseAttnArgs& a, const int32_t* pos);
   // Compressor over n tokens: the indexer's (keys != null: fp32 keys [entries, h]) or the
   // attention's (cache != null: FP8 entries; raw entries staged in the workspace).
   void compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,

@@ -33,6 +33,10 @@ struct GpuModel::Workspace {
   DeviceBuffer<uint8_t> decode_in;  // decode step inputs: cache table, positions, token ids
   DeviceBuffer<uint8_t> index_ws, attn_ws;  // decode_index / decode_attend workspaces
   DeviceBuffer<double> hc_parts;            // small_out_linear partial sums (mHC projections)
+  // sm_90a prefill: row positions, the linear window pool (FP8) and the ring rows it copies.
+  DeviceBuffer<int32_t> prefill_pos;
+  DeviceBuffer<uint8_t> prefill_window;
+  DeviceBuffer<float> prefill_ring_rows;
 };
 
 // Device view of one decode step's inputs (Workspace::decode_in), rows = batch incl. padding.

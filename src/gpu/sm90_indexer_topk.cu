@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   // The warp's 32 keys: 32 × 16 pieces of 16 B (bf16).
   const int wk0 = w0 + warp * kKeysPerWarp;
   __nv_bfloat16* kw = sm.k + warp * kKeysPerWarp * kRowS;
-  if (a.caches == nullptr) {
+  if (a.caches == nullptr && a.keys_f32 == nullptr) {
     const __nv_bfloat16* kbase = a.keys + (a.key_base[r] + wk0) * kIndexDim;
 #pragma unroll
     for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kScoreThreads)
         *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = make_uint4(0, 0, 0, 0);
     }
   } else {
-    const float* kbase = a.caches[r].index.keys + int64_t(wk0) * kIndexDim;
+    const float* kbase = (a.caches != nullptr ? a.caches[r].index.keys : a.keys_f32) + int64_t(wk0) * kIndexDim;
 #pragma unroll 4
     for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
       const int key = i >> 4, c = i & 15;
@@ -299,7 +299,8 @@ void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   DSV4_CHECK(a.k >= 1 && a.k <= kIndexTopk, "indexer: top-", a.k, " (1..", kIndexTopk, ")");
   DSV4_CHECK((a.q != nullptr) != (a.q_f32 != nullptr), "indexer: exactly one of q / q_f32");
   DSV4_CHECK(a.visible != nullptr || (a.pos != nullptr && a.ratio > 0), "indexer: no visible counts");
-  DSV4_CHECK(a.caches != nullptr || (a.keys != nullptr && a.key_base != nullptr), "indexer: no keys");
+  DSV4_CHECK(a.caches != nullptr || a.keys_f32 != nullptr || (a.keys != nullptr && a.key_base != nullptr),
+             "indexer: no keys");
   uint16_t* keys = static_cast<uint16_t*>(workspace);
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
                                                keys_bytes(a.rows, a.max_visible));

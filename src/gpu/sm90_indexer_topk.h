@@ -7,7 +7,8 @@
 // bf16-valued floats, pre-scaled by 128^-0.5·heads^-0.5) and keys [0, visible[r]) of the row's
 // key pool: keys + key_base[r]·128 (bf16 [entries, 128]; FP4-simulated values are exact in bf16),
 // or, for GpuModel's batched decode, caches[r].index.keys (fp32 holding those values, converted
-// on load) with visible = (pos[r] + 1) / ratio. Score(w) = bf16(Σ_h bf16(ω_h ·
+// on load) with visible = (pos[r] + 1) / ratio, or, for prefill (every row one sequence's
+// position), one fp32 pool keys_f32 shared by all rows. Score(w) = bf16(Σ_h bf16(ω_h ·
 // relu(bf16(q_h·K_w)))) with the head sum in fp32 in head order, as cpu::index_scores (the dot
 // itself is an fp32 tensor-core sum, exact for FP4-simulated operands in practice).
 // Selection = cpu::select_topk: the top min(k, visible)
@@ -41,6 +42,7 @@ struct IndexerArgs {
   const int32_t* pos = nullptr;         //   (pos[r] + 1) / ratio
   int ratio = 0;
   const DecodeLayerCache* caches = nullptr;  // [rows]: fp32 keys caches[r].index.keys instead
+  const float* keys_f32 = nullptr;           // or fp32 keys [*, 128] shared by every row
   int rows = 0;
   int max_visible = 0;  // host upper bound of visible[] (grid size, scratch stride)
   int k = kIndexTopk;   // 1..512

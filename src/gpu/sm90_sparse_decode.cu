@@ -92,7 +92,9 @@ __device__ __forceinline__ void resolve(const SparseDecodeArgs& a, const RowList
   if (j < rl.main_len) {
     pool = &a.main_pool;
     base = rl.main_base;
-    id = a.main_idx != nullptr ? a.main_idx[int64_t(r) * a.main_stride + j] : (rl.first + j) % a.win;
+    id = a.main_idx != nullptr     ? a.main_idx[int64_t(r) * a.main_stride + j]
+         : a.window_origin >= 0 ? rl.first + j - a.window_origin
+                                : (rl.first + j) % a.win;
   } else {
     pool = &a.extra_pool;
     base = rl.extra_base;

@@ -16,7 +16,10 @@
 // GpuModel's batched decode, implicit from the row's position pos[r]: main = the window ring,
 // min(pos+1, win) entries (first + j) % win with first = max(0, pos − win + 1) (ascending
 // positions); extra = the compressed entries 0 .. (pos+1)/extra_ratio (HCA) when extra_idx is
-// null and extra_ratio > 0. With `caches`, row r's pools are its own buffers
+// null and extra_ratio > 0. Prefill (GpuModel::forward, one sequence) keeps the implicit
+// window list but reads it from a linear pool (window_origin ≥ 0: position p is entry
+// p − window_origin of main_pool) that holds the chunk's new rows too. With `caches`, row r's
+// pools are its own buffers
 // (caches[r].window, caches[r].comp.cache) in the main_pool / extra_pool page layout.
 // Lengths are read on the device; the host only knows upper bounds (no host sync; CUDA-graph
 // capturable: no allocation, workspace from the caller).
@@ -68,6 +71,7 @@ struct SparseDecodeArgs {
   // Implicit lists and per-row buffers (GpuModel decode; see the file comment).
   const int32_t* pos = nullptr;              // [rows] position of the row's query
   int win = 0;                               // ring size (main_idx == nullptr)
+  int window_origin = -1;                    // ≥ 0: linear window pool (see above), else a ring
   int extra_ratio = 0;                       // > 0: HCA list (extra_idx == nullptr)
   const DecodeLayerCache* caches = nullptr;  // [rows] per-row pool bases, or nullptr
   const float* sink = nullptr;  // [heads]

@@ -304,6 +304,7 @@ struct DecodeModeCase {
   int topk;
   std::vector<int> pos;
   int split_rows = 0;
+  int origin = -1;  // ≥ 0: prefill's linear window pool of positions origin..max_pos (window_origin)
 };
 
 class Sm90SparseDecodeMode : public ::testing::TestWithParam<DecodeModeCase> {};
@@ -320,7 +321,7 @@ TEST_P(Sm90SparseDecodeMode, RingAndCompressedListsMatchCpuReference) {
   std::vector<DeviceBuffer<uint8_t>> d_ring(rows), d_comp(rows);
   std::vector<DecodeLayerCache> table(rows);
   for (int r = 0; r < rows; ++r) {
-    ring[r] = random_kv(c.win, rng, true);
+    ring[r] = random_kv(c.origin >= 0 ? max_pos + 1 - c.origin : c.win, rng, true);
     comp[r] = random_kv(entries, rng, true);
     for (auto [v, b] : {std::pair{&ring[r], &d_ring[r]}, std::pair{&comp[r], &d_comp[r]}}) {
       const int64_t n = int64_t(v->size()) / kHeadDim;
@@ -347,7 +348,7 @@ TEST_P(Sm90SparseDecodeMode, RingAndCompressedListsMatchCpuReference) {
   for (int r = 0; r < rows; ++r) {
     const int p = c.pos[r];
     for (int src = std::max(0, p - c.win + 1); src <= p; ++src)
-      cands[r].push_back(&ring[r][size_t(src % c.win) * kHeadDim]);
+      cands[r].push_back(&ring[r][size_t(c.origin >= 0 ? src - c.origin : src % c.win) * kHeadDim]);
     const int visible = c.ratio > 0 ? (p + 1) / c.ratio : 0;
     if (csa) {  // a random subset in random order, −1 ids mixed in
       std::vector<int32_t> ids(visible);
@@ -379,6 +380,7 @@ TEST_P(Sm90SparseDecodeMode, RingAndCompressedListsMatchCpuReference) {
   a.extra_pool = kv_cache_pool(nullptr);
   a.pos = d_pos.get();
   a.win = c.win;
+  a.window_origin = c.origin;
   a.caches = d_table.get();
   if (csa) {
     a.extra_idx = d_sel.get();
@@ -419,7 +421,12 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeModeCase{"csa_h64_b64", 64, 128, 4, 512, positions(64, 2000, 1)},
                       DecodeModeCase{"hca_h2", 2, 128, 128, 0, {0, 126, 127, 255, 256, 511}, 8},
                       DecodeModeCase{"hca_h32_8192", 32, 128, 128, 0, {1048575}},
-                      DecodeModeCase{"hca_h64_b16", 64, 128, 128, 0, positions(16, 65535, 2), 24}),
+                      DecodeModeCase{"hca_h64_b16", 64, 128, 128, 0, positions(16, 65535, 2), 24},
+                      // Prefill: consecutive rows over one linear window pool (from 0, and a
+                      // later chunk whose pool starts win − 1 before its first row).
+                      DecodeModeCase{"prefill_window_w16_h2", 2, 16, 0, 0, {0, 1, 2, 3, 15, 16, 17, 40}, 0, 0},
+                      DecodeModeCase{"prefill_csa_h32", 32, 128, 4, 512, {427, 428, 429, 500, 700, 1023}, 0, 300},
+                      DecodeModeCase{"prefill_hca_h64", 64, 128, 128, 0, {600, 601, 700, 767}, 0, 473}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Key pool adapter for cpu::index_scores.
@@ -438,7 +445,10 @@ class KeyPool : public cpu::LayerState {
 struct IndexerCase {
   const char* name;
   int heads, k;
-  bool decode_mode;  // GpuModel: fp32 q, per-row fp32 key buffers, visible from positions
+  // 0: bf16 q and per-row bf16 key pools, explicit visible counts; 1: GpuModel decode (fp32 q,
+  // per-row fp32 key buffers, visible from positions); 2: GpuModel prefill (as 1, but one fp32
+  // key pool keys_f32 shared by every row).
+  int mode;
 };
 
 class Sm90IndexerTopk : public ::testing::TestWithParam<IndexerCase> {};
@@ -456,7 +466,8 @@ TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
   // ties.
   std::vector<int64_t> base(rows);
   int64_t total = 0;
-  for (int r = 0; r < rows; ++r) base[r] = total, total += visible[r];
+  for (int r = 0; r < rows; ++r) base[r] = c.mode == 2 ? 0 : total, total += visible[r];
+  if (c.mode == 2) total = max_visible;
   std::vector<float> keys(total * kIndexDim), q(size_t(rows) * HI * kIndexDim), w(size_t(rows) * HI);
   for (float& v : keys) v = round_bf16(nd(rng));
   const int tie_row = rows - 2;
@@ -483,7 +494,7 @@ TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
   a.k = K;
   a.topk = d_topk.get();
   a.count = d_count.get();
-  if (c.decode_mode) {
+  if (c.mode != 0) {
     d_keys32.upload(keys);
     d_q32.upload(q);
     std::vector<DecodeLayerCache> table(rows);
@@ -496,7 +507,10 @@ TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
     d_table.upload(table);
     d_pos.upload(pos);
     a.q_f32 = d_q32.get();
-    a.caches = d_table.get();
+    if (c.mode == 1)
+      a.caches = d_table.get();
+    else
+      a.keys_f32 = d_keys32.get();
     a.pos = d_pos.get();
     a.ratio = ratio;
   } else {
@@ -555,7 +569,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, Sm90IndexerTopk,
                                            IndexerCase{"h64_top4", 64, 4, false},
                                            IndexerCase{"decode_h64_top512", 64, 512, true},
                                            IndexerCase{"decode_h8_top4", 8, 4, true},
-                                           IndexerCase{"decode_h8_top512", 8, 512, true}),
+                                           IndexerCase{"decode_h8_top512", 8, 512, true},
+                                           IndexerCase{"prefill_h64_top512", 64, 512, 2},
+                                           IndexerCase{"prefill_h8_top4", 8, 4, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
