@@ -133,6 +133,32 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
   return r;
 }
+// d = A(16×16 f16) · B(16×8 f16) + c, fp32.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                        const float (&c)[4]) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+// e4m3 pairs → f16x2 (exact): bytes 0,1 / bytes 2,3 of v (low byte → low half). The 16-bit
+// halves are split with mov so that ptxas can read them as R.H0 / R.H1 (no shift).
+__device__ __forceinline__ uint32_t e4m3_lo_to_f16x2(uint32_t v) {
+  uint32_t r;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(r) : "r"(v));
+  return r;
+}
+__device__ __forceinline__ uint32_t e4m3_hi_to_f16x2(uint32_t v) {
+  uint32_t r;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(r) : "r"(v));
+  return r;
+}
+// a/b for powers of two a, b (normal result): an exponent subtraction.
+__device__ __forceinline__ float pow2_ratio(float a, float b) {
+  return __int_as_float(__float_as_int(a) - __float_as_int(b) + 0x3f800000);
+}
 __device__ __forceinline__ float e8m0f(uint32_t b) { return __uint_as_float(b ? b << 23 : 0x00400000u); }
 
 // Q8 of 128 values (4 per lane) into codes (MMA layout) + scale; k0 = first K index.
@@ -296,7 +322,8 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   };
 
   const int g = lane >> 2, t = lane & 3;
-  float acc[2][4] = {};
+  float acc[2][4] = {};  // FP4: in units of S = 2⁶·s_x of the current 128-K block (cur_a/b = s_x)
+  float cur_a = 1.0f, cur_b = 1.0f;
   const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s) issue(s);
@@ -336,32 +363,53 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
       uint2 swr[4];
 #pragma unroll
       for (int m = 0; m < 4; ++m) swr[m] = *reinterpret_cast<const uint2*>(st + kStageWs + (g + 8 * m) * 8);
-      const float xa[2] = {sx4.x * 64.0f, sx4.y * 64.0f}, xb[2] = {sx4.z * 64.0f, sx4.w * 64.0f};
       uint4 bv;
 #pragma unroll
       for (int kb = 0; kb < 8; ++kb) {
+        if ((kb & 3) == 0) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
+          const float na = kb ? sx4.y : sx4.x, nb = kb ? sx4.w : sx4.z;
+          const float ra = pow2_ratio(cur_a, na), rbb = pow2_ratio(cur_b, nb);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            acc[mt][0] *= ra;
+            acc[mt][2] *= ra;
+            acc[mt][1] *= rbb;
+            acc[mt][3] *= rbb;
+          }
+          cur_a = na;
+          cur_b = nb;
+        }
         if ((kb & 1) == 0) bv = *reinterpret_cast<const uint4*>(A + (((((kb >> 1) << 2) + t) ^ ((g & 1) << 2)) << 4));
         const uint32_t b0 = (kb & 1) ? bv.z : bv.x, b1 = (kb & 1) ? bv.w : bv.y;
+        const uint32_t blo0 = e4m3_lo_to_f16x2(b0), blo1 = e4m3_lo_to_f16x2(b1);
+        const uint32_t bhi0 = e4m3_hi_to_f16x2(b0), bhi1 = e4m3_hi_to_f16x2(b1);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           const int gofs = ((kb ^ g) << 4) + t * 4;
           const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
           const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
           const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
+          // The e4m3 m16n8k32 MMA as the two f16 m16n8k16 MMAs ptxas emits for it (bytes 0,1 of
+          // every operand register, then bytes 2,3), minus its FADD of the zero C: d = partial·2⁻⁶.
+          const uint32_t alo[4] = {e4m3_lo_to_f16x2(a[0]), e4m3_lo_to_f16x2(a[1]), e4m3_lo_to_f16x2(a[2]),
+                                   e4m3_lo_to_f16x2(a[3])};
+          const uint32_t ahi[4] = {e4m3_hi_to_f16x2(a[0]), e4m3_hi_to_f16x2(a[1]), e4m3_hi_to_f16x2(a[2]),
+                                   e4m3_hi_to_f16x2(a[3])};
           float d[4];
-          mma_e4m3(d, a, b0, b1, zero);
+          mma_f16(d, alo, blo0, blo1, zero);
+          mma_f16(d, ahi, bhi0, bhi1, d);
           // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
           // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
           const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
           const uint32_t sel = 0x0444u | (uint32_t(kb & 3) << 12);
           const float sg = __uint_as_float(prmt(kb < 4 ? s0.x : s0.y, 0u, sel) >> 1);
           const float sg8 = __uint_as_float(prmt(kb < 4 ? s1.x : s1.y, 0u, sel) >> 1);
-          // (d·s_x)·s_w == d·(s_x·s_w) and the fma rounds once like the add: both scales are
-          // powers of two, so every product here is exact (normal range).
-          acc[mt][0] = fmaf(d[0], xa[kb >> 2] * sg, acc[mt][0]);
-          acc[mt][1] = fmaf(d[1], xb[kb >> 2] * sg, acc[mt][1]);
-          acc[mt][2] = fmaf(d[2], xa[kb >> 2] * sg8, acc[mt][2]);
-          acc[mt][3] = fmaf(d[3], xb[kb >> 2] * sg8, acc[mt][3]);
+          // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
+          // scales powers of two (normal range): cpu::Fp4Linear's order, bit for bit.
+          acc[mt][0] = fmaf(d[0], sg, acc[mt][0]);
+          acc[mt][1] = fmaf(d[1], sg, acc[mt][1]);
+          acc[mt][2] = fmaf(d[2], sg8, acc[mt][2]);
+          acc[mt][3] = fmaf(d[3], sg8, acc[mt][3]);
         }
       }
     }
@@ -369,6 +417,16 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   }
   cp_wait<0>();
   __syncwarp();
+  if constexpr (!kFp8) {  // u → acc = u·S
+    const float Sa = cur_a * 64.0f, Sb = cur_b * 64.0f;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      acc[mt][0] *= Sa;
+      acc[mt][2] *= Sa;
+      acc[mt][1] *= Sb;
+      acc[mt][3] *= Sb;
+    }
+  }
 
   if constexpr (kUp) {
     // Gate g and up u of I-row row0 + ir for token slot 2t + c (FP4: ir = g + 8r from the two
