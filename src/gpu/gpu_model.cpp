@@ -24,6 +24,9 @@
 namespace dsv4::gpu {
 namespace {
 
+constexpr int64_t kMoeDecodeTokens = 256;    // grouped-MoE call size up to which decode's workspace serves
+constexpr int64_t kMoePrefillTokens = 1024;  // prefill call size (workspace ≈ 160 MB at Flash TP2 shapes)
+
 // The mHC projection y [n, out] = fn · streams (fp32 out; out = (2+hc)·hc or hc): the split-K
 // small-output kernel, or the dense path for configs with more outputs than it takes.
 void hc_projection(const float* streams, int64_t n, const DenseW& fn, int64_t out, int64_t in,
@@ -298,9 +301,13 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, stream_);
   moe_route(logits, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr, ids, n, static_cast<int>(E), k,
             static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, stream_);
-  if (grouped_moe_usable(w)) {  // chunks of at most 256 tokens (the workspace's size)
-    for (int64_t t0 = 0; t0 < n; t0 += 256) {
-      moe_grouped(w, std::min<int64_t>(256, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);
+  if (grouped_moe_usable(w)) {  // chunks of at most the workspace's tokens
+    // Prefill takes larger calls: an expert's weights are streamed once per 8-token chunk of
+    // its tokens in a call, so 1024-token calls (~24 tokens per expert) stream them ~3 times
+    // where four 256-token calls stream them ~4 times.
+    const int64_t per_call = n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens;
+    for (int64_t t0 = 0; t0 < n; t0 += per_call) {
+      moe_grouped(w, std::min<int64_t>(per_call, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);
     }
     return;
   }
@@ -348,9 +355,11 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
                            const float* ewts, float* out) {
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, I = local_inter(), E = c.n_routed_experts;
-  if (!moe_ws_) {
-    moe_ws_ = std::make_unique<MoeGroupedWorkspace>(
-        MoeGroupedShape{.max_tokens = 256, .hidden = static_cast<int>(D), .inter = static_cast<int>(I),
+  std::unique_ptr<MoeGroupedWorkspace>& ws = n > kMoeDecodeTokens ? moe_ws_large_ : moe_ws_;
+  if (!ws) {
+    const int max_tokens = static_cast<int>(n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens);
+    ws = std::make_unique<MoeGroupedWorkspace>(
+        MoeGroupedShape{.max_tokens = max_tokens, .hidden = static_cast<int>(D), .inter = static_cast<int>(I),
                         .experts = static_cast<int>(E), .top_k = static_cast<int>(c.num_experts_per_tok)});
   }
   // Per-expert pointers into the contiguous expert tensors, built once per layer.
@@ -384,7 +393,7 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
   const double touched = static_cast<double>(std::min<int64_t>(E, n * c.num_experts_per_tok));
   const double bytes = touched * expert_bytes + 3.0 * I * D + 8.0 * n * D;
   prof::Launch launch("moe_grouped_fp4", bytes, stream_);
-  moe_grouped_forward(args, *moe_ws_, stream_);
+  moe_grouped_forward(args, *ws, stream_);
 }
 
 void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,

@@ -263,7 +263,8 @@ class GpuModel {
   bool grouped_moe_usable(const MoeW& w) const;
   void moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,
                    const float* ewts, float* out);
-  std::unique_ptr<MoeGroupedWorkspace> moe_ws_;
+  std::unique_ptr<MoeGroupedWorkspace> moe_ws_;        // calls of ≤ kMoeDecodeTokens (decode graphs hold it)
+  std::unique_ptr<MoeGroupedWorkspace> moe_ws_large_;  // prefill calls of ≤ kMoePrefillTokens, made on first use
   std::vector<std::pair<const MoeW*, DeviceBuffer<MoeExpertPtrs>>> moe_ptrs_;
 };
 

@@ -163,7 +163,8 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   dptrs.upload(ptrs);
   auto d1 = to_device(s1.w), d1s = to_device(s1.s), d3 = to_device(s3.w), d3s = to_device(s3.s), d2 = to_device(s2.w), d2s = to_device(s2.s);
   DeviceBuffer<float> out(size_t(T) * D);
-  MoeGroupedWorkspace ws(MoeGroupedShape{.max_tokens = 256, .hidden = D, .inter = I, .experts = E, .top_k = K});
+  // GpuModel's two workspace sizes: 256 tokens (decode) and 1024 (prefill calls).
+  MoeGroupedWorkspace ws(MoeGroupedShape{.max_tokens = T <= 256 ? 256 : 1024, .hidden = D, .inter = I, .experts = E, .top_k = K});
   MoeGroupedArgs a;
   a.tokens = T;
   a.x = dx.get();
@@ -228,7 +229,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{64, 512, 256, 64, 6, 1, -6, true}, Case{256, 512, 256, 64, 6, 0, -6, true},
                       Case{256, 512, 256, 32, 6, 1, -6, true}, Case{40, 512, 256, 32, 6, 2, -6, true},
                       Case{16, 512, 256, 32, 6, 0, -2, true}, Case{9, 512, 256, 32, 6, 0, -6, false},
-                      Case{4, 4096, 2048, 8, 6, 0, -8, true}));
+                      Case{4, 4096, 2048, 8, 6, 0, -8, true}, Case{1000, 512, 256, 64, 6, 1, -6, true}));
 
 }  // namespace
 }  // namespace dsv4::gpu
