@@ -3,11 +3,12 @@
 # `dsv4 profile` on the lent GPU machine, from a build folder built here and carried (BUILD,
 # default build-gpu; see src/gpu). Logs go to $OUT (or ./device_logs); a summary table is
 # printed last.
-# Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,lin,tp,flash] [bench-layers]
+# Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,lin,tp,flash,ttft] [bench-layers]
 #   tp:    tensor parallelism TP2 vs TP1 and the one-shot all-reduce test + latency vs NCCL (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
 #          weights over FLASH_TP GPUs (default 2): time to ready + decode at each of FLASH_BATCHES
 #          (space-separated, default "1"), FLASH_CONTEXT (8192).
-#   tp and flash run only when named in --only.
+#   ttft: one 8K prompt's prefill profile + `dsv4 bench` through the server (8K prompts, C=1,8).
+#   tp, flash and ttft run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
 # A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
@@ -98,6 +99,25 @@ serve_smoke() {
   return $rc
 }
 
+# `dsv4 bench` against the full Flash (dummy weights) behind `dsv4 serve`, 8K-token prompts.
+flash_bench() {
+  local port=${SERVE_PORT:-18233} tok=${TOKENIZER:-data/tokenizer/tokenizer.json}
+  [ -f "$tok" ] || tok=bytes
+  "$BUILD/dsv4" serve --device cuda --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} \
+    --context-length 9216 --port "$port" --tokenizer "$tok" --decode-log-interval 16 > "$OUT/ttft_server.log" 2>&1 &
+  local pid=$! rc=1
+  if wait_healthy "$port" $pid 600 0.5; then
+    "$BUILD/dsv4" bench --port "$port" --backend openai-completions --random-input-len 8192 --random-output-len 64 \
+      --random-range-ratio 1.0 --num-prompts 8 --max-concurrency ${TTFT_CONCURRENCY:-1,8} --warmup-requests 1 \
+      --disable-progress --output-file "$OUT/ttft_bench.json"
+    rc=$?
+  else
+    echo "server did not become healthy"
+  fi
+  kill -TERM $pid 2> /dev/null; wait $pid
+  return $rc
+}
+
 # The full Flash with dummy weights over FLASH_TP GPUs behind `dsv4 serve`: time from the
 # process start to a healthy /health (time to ready), then one chat request.
 flash_serve() {
@@ -137,6 +157,11 @@ for fb in ${FLASH_BATCHES:-${FLASH_BATCH:-1}}; do
     --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
 done
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
+# ttft: one 8K prompt's prefill (profiled), then `dsv4 bench` through `dsv4 serve` with 8K-token
+# prompts and 64 output tokens at concurrency 1 and 8 (TTFT, TPOT, tok/s).
+want ttft && run ttft_prefill timeout 300 "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" \
+  --tp ${FLASH_TP:-2} --batch 1 --context 8192 --context-fill prefill --steps 2 --warmup 1 --top 30 --no-cupti
+want ttft && run ttft_bench timeout 420 bash -c "$(declare -f wait_healthy flash_bench); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_bench"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_test" ] && run kv_fp8 timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_test"
 want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_bench" ] && run kv_fp8_bench timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_bench"
@@ -156,6 +181,8 @@ for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; don
 grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/allreduce_test.log "$OUT"/cupti_test.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile_b*.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
+grep -h -E "^prefill [0-9]" "$OUT"/ttft_prefill.log 2>/dev/null
+grep -h -A3 -E "^concurrency +ok" "$OUT"/ttft_bench.log 2>/dev/null
 grep -h -E "copy kernel|decode batch" "$OUT"/bench.log 2>/dev/null
 grep -h -E "^[0-9]+ +[0-9]+ \|" "$OUT"/allreduce_bench.log 2>/dev/null
 grep -h -E "^HTTP " "$OUT"/serve.log 2>/dev/null

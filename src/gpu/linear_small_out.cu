@@ -3,7 +3,9 @@
 // The mHC projections are 24 (or 4) outputs × n_hc·D = 16384 inputs with fp32 weights: one
 // row-tile kernel would put 2 CTAs on 132 SMs and walk K serially. Here kernel 1 cuts K into
 // 256-wide chunks (one CTA per chunk × row group) and writes each chunk's double partials to a
-// workspace; kernel 2 adds a row's chunks with one warp per (row, output).
+// workspace (two variants with the same arithmetic: one chain per thread for ≤ 32 rows, 2 × 3
+// register tiles for more); kernel 2 adds a row's chunks with one warp per (row, output), or the
+// consumer does (hc_pre_norm).
 //
 // Arithmetic of one output (a function of `in` only, never of the row count or the tiling, so
 // rows are batch-invariant): chunk c covers k in [256c, 256c + 256); inside it, quarter q
@@ -27,38 +29,124 @@ namespace dsv4::gpu {
 namespace {
 
 constexpr int kChunk = 256;               // K per chunk (per CTA)
+constexpr int kHalf = kChunk / 2;         // K staged in shared memory at a time
 constexpr int kQuarters = 4;              // independent chains per chunk
-constexpr int kPad = kChunk + 4;          // smem row stride (floats): spreads rows over banks
-constexpr int kMaxRowsPerCta = 8;
-constexpr int kThreads = 256;
+constexpr int kPad = kHalf + 4;           // smem row stride (doubles): conflict-free 64-bit loads
+constexpr int kRowsPerCta = 16;
+constexpr int kRowTile = 2, kOutTile = 3;  // a thread's register tile: 2 rows × 3 outputs (one quarter)
+constexpr int kOutTiles = kSmallOutMax / kOutTile;
+constexpr int kThreads = kQuarters * kOutTiles * (kRowsPerCta / kRowTile);  // 256
+static_assert(kSmallOutMax % kOutTile == 0 && kRowsPerCta % kRowTile == 0 && kThreads == 256);
 
-// partial[(c · rows + r) · out + o] for the rows [r0, r0 + rows_here) of this call.
+// Stages `width` K positions from k0 (kn of them valid, the rest 0) of the weights [out, in] and
+// of x rows r0 .. r0 + rg into shared rows of `pad` elements (T: float or double; exact).
+template <bool kBf16, class T>
+__device__ __forceinline__ void stage_chunk(T* wdst, T* xdst, int pad, int width, const void* __restrict__ w, int out,
+                                            int64_t in, const float* __restrict__ x, int64_t x_stride, int64_t r0,
+                                            int rg, int64_t k0, int kn) {
+  for (int i = threadIdx.x; i < out * width; i += kThreads) {
+    const int o = i / width, k = i % width;
+    float v = 0.0f;
+    if (k < kn) {
+      if (kBf16) v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(w)[o * in + k0 + k]) << 16);
+      else v = __ldg(static_cast<const float*>(w) + o * in + k0 + k);
+    }
+    wdst[o * pad + k] = T(v);
+  }
+  for (int i = threadIdx.x; i < rg * width; i += kThreads) {
+    const int r = i / width, k = i % width;
+    xdst[r * pad + k] = T(k < kn ? __ldg(x + (r0 + r) * x_stride + k0 + k) : 0.0f);
+  }
+}
+
+// partial[(c · rows + r) · out + o] for the rows [r0, r0 + rows_here) of this call. The chunk's
+// weights and x rows are staged as doubles, half a chunk at a time (each value converted once;
+// the chains continue across the halves, so the order is the file comment's). Thread (q, output
+// triple, row pair) keeps 6 chains in registers: 5 shared loads feed 6 FMAs.
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads) small_out_partials_kernel(const float* __restrict__ x, int64_t x_stride,
                                                                       const void* __restrict__ w, int out, int64_t in,
                                                                       int64_t rows, double* __restrict__ partial) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float ws[kSmallOutMax][kPad];
-  __shared__ float xs[kMaxRowsPerCta][kPad];
-  __shared__ double qs[kSmallOutMax * kMaxRowsPerCta][kQuarters];
+  __shared__ double ws[kSmallOutMax * kPad];  // [o][k]; after the last half: qs [pair][quarter]
+  __shared__ double xs[kRowsPerCta][kPad];
+  static_assert(kSmallOutMax * kRowsPerCta * kQuarters <= kSmallOutMax * kPad, "qs must fit in ws");
+  const int64_t c = blockIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * kRowsPerCta;
+  const int rg = int(min(int64_t{kRowsPerCta}, rows - r0));
+  const int q = threadIdx.x % kQuarters, ot = (threadIdx.x / kQuarters) % kOutTiles,
+            rp = threadIdx.x / (kQuarters * kOutTiles);
+  const int o0 = ot * kOutTile, ra = rp * kRowTile;
+  const bool active = o0 < out && ra < rg;  // a warp is one row pair: the row test is warp-uniform
+  double acc[kRowTile][kOutTile] = {};
+  for (int h = 0; h < 2; ++h) {
+    const int64_t k0 = c * kChunk + h * kHalf;
+    const int kn = int(max(int64_t{0}, min(int64_t{kHalf}, in - k0)));
+    stage_chunk<kBf16>(ws, &xs[0][0], kPad, kHalf, w, out, in, x, x_stride, r0, rg, k0, kn);
+    __syncthreads();
+    if (active) {
+      // Rows / outputs past the end read row ra / output o0 (valid) and are never stored.
+      const double* xr[kRowTile];
+      const double* wr[kOutTile];
+#pragma unroll
+      for (int i = 0; i < kRowTile; ++i) xr[i] = xs[min(ra + i, rg - 1)];
+#pragma unroll
+      for (int i = 0; i < kOutTile; ++i) wr[i] = ws + min(o0 + i, out - 1) * kPad;
+#pragma unroll 4
+      for (int j = 0; j < kHalf / kQuarters; ++j) {
+        const int k = j * kQuarters + q;
+        double xv[kRowTile], wv[kOutTile];
+#pragma unroll
+        for (int i = 0; i < kRowTile; ++i) xv[i] = xr[i][k];
+#pragma unroll
+        for (int i = 0; i < kOutTile; ++i) wv[i] = wr[i][k];
+#pragma unroll
+        for (int a = 0; a < kRowTile; ++a)
+#pragma unroll
+          for (int b = 0; b < kOutTile; ++b) acc[a][b] = __fma_rn(xv[a], wv[b], acc[a][b]);
+      }
+    }
+    __syncthreads();
+  }
+  double* qs = ws;  // [pair = r · out + o][quarter]
+  if (active) {
+#pragma unroll
+    for (int a = 0; a < kRowTile; ++a)
+#pragma unroll
+      for (int b = 0; b < kOutTile; ++b)
+        if (ra + a < rg && o0 + b < out) qs[((ra + a) * out + o0 + b) * kQuarters + q] = acc[a][b];
+  }
+  __syncthreads();
+  for (int pair = threadIdx.x; pair < out * rg; pair += kThreads) {
+    const int o = pair % out, r = pair / out;
+    const double* qp = qs + pair * kQuarters;
+    partial[(c * rows + r0 + r) * out + o] = (qp[0] + qp[1]) + (qp[2] + qp[3]);
+  }
+}
+
+// The same partials for calls of ≤ kNarrowMaxRows rows (decode): one thread per (row, output,
+// quarter) chain over the whole chunk staged as floats, so a 1-row call still runs 96 chains per
+// CTA (the register-tiled kernel would give it one warp). Same operations in the same order per
+// output: the two kernels' partials are bit-identical.
+constexpr int kNarrowRows = 8;
+constexpr int kNarrowPad = kChunk + 4;  // floats
+constexpr int64_t kNarrowMaxRows = 32;
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads) small_out_partials_narrow_kernel(const float* __restrict__ x,
+                                                                             int64_t x_stride, const void* __restrict__ w,
+                                                                             int out, int64_t in, int64_t rows,
+                                                                             double* __restrict__ partial) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float ws[kSmallOutMax][kNarrowPad];
+  __shared__ float xs[kNarrowRows][kNarrowPad];
+  __shared__ double qs[kSmallOutMax * kNarrowRows][kQuarters];
   const int64_t c = blockIdx.x, k0 = c * kChunk;
   const int kn = int(min(int64_t{kChunk}, in - k0));
-  const int64_t r0 = int64_t(blockIdx.y) * kMaxRowsPerCta;
-  const int rg = int(min(int64_t{kMaxRowsPerCta}, rows - r0));
-  for (int i = threadIdx.x; i < out * kChunk; i += kThreads) {
-    const int o = i / kChunk, k = i % kChunk;
-    float v = 0.0f;
-    if (k < kn) {
-      if (kBf16) v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(w)[o * in + k0 + k]) << 16);
-      else v = __ldg(static_cast<const float*>(w) + o * in + k0 + k);
-    }
-    ws[o][k] = v;
-  }
-  for (int i = threadIdx.x; i < rg * kChunk; i += kThreads) {
-    const int r = i / kChunk, k = i % kChunk;
-    xs[r][k] = k < kn ? __ldg(x + (r0 + r) * x_stride + k0 + k) : 0.0f;
-  }
+  const int64_t r0 = int64_t(blockIdx.y) * kNarrowRows;
+  const int rg = int(min(int64_t{kNarrowRows}, rows - r0));
+  stage_chunk<kBf16>(&ws[0][0], &xs[0][0], kNarrowPad, kChunk, w, out, in, x, x_stride, r0, rg, k0, kn);
   __syncthreads();
   const int items = out * rg * kQuarters;
   for (int it = threadIdx.x; it < items; it += kThreads) {
@@ -91,7 +179,13 @@ __global__ void __launch_bounds__(kThreads) small_out_reduce_kernel(const double
 
 void launch_partials(const float* x, int64_t n, int64_t x_stride, const void* w, bool w_bf16, int64_t out, int64_t in,
                      int64_t chunks, double* ws, cudaStream_t s) {
-  const dim3 grid(unsigned(chunks), unsigned((n + kMaxRowsPerCta - 1) / kMaxRowsPerCta));
+  if (n <= kNarrowMaxRows) {
+    const dim3 grid(unsigned(chunks), unsigned((n + kNarrowRows - 1) / kNarrowRows));
+    if (w_bf16) launch_pdl(small_out_partials_narrow_kernel<true>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+    else launch_pdl(small_out_partials_narrow_kernel<false>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+    return;
+  }
+  const dim3 grid(unsigned(chunks), unsigned((n + kRowsPerCta - 1) / kRowsPerCta));
   if (w_bf16) launch_pdl(small_out_partials_kernel<true>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
   else launch_pdl(small_out_partials_kernel<false>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
 }
