@@ -88,7 +88,12 @@ TEST(HttpServer, DisconnectAbortsAndFreesCache) {
   }
   EXPECT_EQ(s.engine->num_inflight(), 0);
   EXPECT_EQ(s.engine->metrics().requests_aborted.load(), 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The cache is released after the abort is counted: poll (a fixed 100 ms sleep raced on a
+  // loaded CI machine).
+  const auto freed = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s.engine->metrics().cache_used_bytes.load() != 0 && std::chrono::steady_clock::now() < freed) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(s.engine->metrics().cache_used_bytes.load(), 0);
 
   // Non-streaming request whose client goes away is aborted too.

@@ -178,7 +178,8 @@ TEST(Protocol, ChatCompletionShape) {
 TEST(Protocol, StreamingChunksUsageAndDone) {
   Fixture f;
   auto [status, body] = f.call("POST", "/v1/completions",
-                               R"({"prompt":"hello","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}})");
+                               R"({"prompt":"hello","max_tokens":6,"stream":true,"stream_options":{"include_usage":true},
+                                   "ignore_eos":true})");  // an unseeded EOS draw made this flaky (~1 in 40)
   ASSERT_EQ(status, 200);
   ASSERT_NE(body.find("data: [DONE]\n\n"), std::string::npos);
   std::vector<json> chunks;
