@@ -176,8 +176,8 @@ void decode_index_topk(const float* q, const float* weights, int64_t rows, const
     prof::Launch pl("decode_index_scores",
                     double(rows) * (heads * (dh + 1) * 4.0 + double(max_visible) * (dh + 1) * 4.0), s,
                     [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
-    launch_pdl(index_scores_kernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0, s, 
-        q, weights, pos, caches, ratio, heads, dh, scores, score_stride);
+    launch_pdl(index_scores_kernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0,
+               s, q, weights, pos, caches, ratio, heads, dh, scores, score_stride);
     CUDA_CHECK_LAUNCH();
   }
   prof::Launch pl("decode_index_topk", double(rows) * (double(max_visible) * 4 + (k + 1) * 4.0), s,

@@ -99,6 +99,15 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Block-wide double sum (blockDim.x a multiple of 32, ≤ 1024); result valid in every thread.
+// acc + x² + y² + z² + w² in double, in that order (exact squares of fp32 values).
+__device__ __forceinline__ double add_squares(double acc, const float4& v) {
+  acc += double(v.x) * double(v.x);
+  acc += double(v.y) * double(v.y);
+  acc += double(v.z) * double(v.z);
+  acc += double(v.w) * double(v.w);
+  return acc;
+}
+
 __device__ __forceinline__ double block_sum(double v, double* shared32) {
   v = warp_sum(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

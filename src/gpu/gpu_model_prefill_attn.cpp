@@ -20,8 +20,14 @@
 
 namespace dsv4::gpu {
 
-void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
-                         int64_t start_pos, int64_t window_len, float* out) {
+void GpuModel::attention(const AttentionW& w,
+                         int ratio,
+                         GpuLayerCache& cache,
+                         const float* x,
+                         int64_t n,
+                         int64_t start_pos,
+                         int64_t window_len,
+                         float* out) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
@@ -37,7 +43,11 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   float* sa = p.sa;
   float* q = p.q;
   float* kv = p.kv;
-  DSV4_CHECK(start_pos + n <= max_len_, "positions up to ", start_pos + n, " exceed the GPU state's ", max_len_);
+  DSV4_CHECK(start_pos + n <= max_len_,
+             "positions up to ",
+             start_pos + n,
+             " exceed the GPU state's ",
+             max_len_);
   int32_t* pos = nullptr;  // sm_90a: the rows' positions [n]
   if (sm90) {
     pos = grow(s.prefill_pos, n);
@@ -50,16 +60,44 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
     if (w.indexer) {
       const IndexerW& ix = *w.indexer;
       const int HI = c.index_n_heads, dh = c.index_head_dim;
-      compress(ix.compressor, cache.index_kv.get(), cache.index_score.get(), x, n, start_pos, cache.index_keys.get(),
+      compress(ix.compressor,
+               cache.index_kv.get(),
+               cache.index_score.get(),
+               x,
+               n,
+               start_pos,
+               cache.index_keys.get(),
                nullptr);
       float* iq = grow(s.iq, n * HI * dh);
       float* iw = grow(s.iw, n * HI);
-      lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
+      lin8(qa,
+           sa,
+           n,
+           1,
+           ix.wq_b.w.get(),
+           ix.wq_b.s.get(),
+           int64_t{HI} * dh,
+           ql,
+           nullptr,
+           iq,
+           stream_);
       rope_rows(iq, n * HI, dh, HI, start_pos, 1, rope, pairs, false, stream_);
       hadamard_rows(iq, n * HI, dh, stream_);
       simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
-      const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
-      dense_linear(x, n, D, ix.weights_proj.w.get(), ix.weights_proj.bf16, HI, D, 0, true, wscale, iw, stream_);
+      const float wscale =
+          static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
+      dense_linear(x,
+                   n,
+                   D,
+                   ix.weights_proj.w.get(),
+                   ix.weights_proj.bf16,
+                   HI,
+                   D,
+                   0,
+                   true,
+                   wscale,
+                   iw,
+                   stream_);
       int32_t* sel = grow(s.sel, n * c.index_topk);
       int32_t* cnt = grow(s.sel_count, n);
       if (sm90) {
@@ -67,19 +105,27 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
       } else {
         const int64_t stride = std::max<int64_t>(1, (start_pos + n) / ratio);
         float* scores = grow(s.scores, n * stride);
-        index_scores(iq, iw, cache.index_keys.get(), n, start_pos, ratio, HI, dh, scores, stride, stream_);
+        index_scores(
+            iq, iw, cache.index_keys.get(), n, start_pos, ratio, HI, dh, scores, stride, stream_);
         index_topk(scores, n, start_pos, ratio, stride, c.index_topk, sel, cnt, stream_);
       }
       a.selected = sel;
       a.sel_count = cnt;
       a.sel_stride = c.index_topk;
     }
-    compress(*w.compressor, cache.comp_kv.get(), cache.comp_score.get(), x, n, start_pos, nullptr,
+    compress(*w.compressor,
+             cache.comp_kv.get(),
+             cache.comp_score.get(),
+             x,
+             n,
+             start_pos,
+             nullptr,
              cache.compressed.get());
   }
   // 3. Sparse attention, 4. ring update.
   float* attn = grow(s.attn, n * H * d);
-  DSV4_CHECK(window_len >= std::min<int64_t>(start_pos + n, win) && window_len <= win, "window part length ",
+  DSV4_CHECK(window_len >= std::min<int64_t>(start_pos + n, win) && window_len <= win,
+             "window part length ",
              window_len);
   a.q = q;
   a.kv_new = kv;
@@ -105,8 +151,15 @@ void GpuModel::attention(const AttentionW& w, int ratio, GpuLayerCache& cache, c
   output_projection(w, attn, n, qa, sa, out);
 }
 
-void GpuModel::prefill_index_sm90(const float* iq, const float* iw, int64_t n, int64_t start_pos, const int32_t* pos,
-                                  int ratio, const float* keys, int32_t* sel, int32_t* cnt) {
+void GpuModel::prefill_index_sm90(const float* iq,
+                                  const float* iw,
+                                  int64_t n,
+                                  int64_t start_pos,
+                                  const int32_t* pos,
+                                  int ratio,
+                                  const float* keys,
+                                  int32_t* sel,
+                                  int32_t* cnt) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int HI = c.index_n_heads, dh = c.index_head_dim, k = c.index_topk;
@@ -114,10 +167,12 @@ void GpuModel::prefill_index_sm90(const float* iq, const float* iw, int64_t n, i
   // Rows per call: the score-key scratch (rows × visible × 2 B) stays ≤ 64 MiB, and the
   // score grid's y dimension ≤ 65535.
   const int64_t all_visible = (start_pos + n) / ratio;
-  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 25) / std::max<int64_t>(1, all_visible), 64, 65535);
+  const int64_t chunk =
+      std::clamp<int64_t>((int64_t{1} << 25) / std::max<int64_t>(1, all_visible), 64, 65535);
   const int64_t first_rows = std::min(n, chunk);
-  uint8_t* ws = grow(s.index_ws, static_cast<int64_t>(sm90::indexer_workspace_bytes(
-                                      static_cast<int>(first_rows), static_cast<int>(all_visible))));
+  uint8_t* ws = grow(s.index_ws,
+                     static_cast<int64_t>(sm90::indexer_workspace_bytes(
+                         static_cast<int>(first_rows), static_cast<int>(all_visible))));
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t rows = std::min(chunk, n - t0);
     const int64_t max_visible = (start_pos + t0 + rows) / ratio;
@@ -135,8 +190,11 @@ void GpuModel::prefill_index_sm90(const float* iq, const float* iw, int64_t n, i
     ia.count = cnt + t0;
     // Bytes: every row's visible keys as fp32 (L2-resident after the first rows) and its q.
     const double mean_visible = 0.5 * double((start_pos + t0) / ratio + max_visible);
-    prof::Launch pl("sm90_prefill_index_topk", double(rows) * (mean_visible * dh * 4 + HI * (dh + 1) * 4.0), stream_,
-                    [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
+    prof::Launch pl(
+        "sm90_prefill_index_topk",
+        double(rows) * (mean_visible * dh * 4 + HI * (dh + 1) * 4.0),
+        stream_,
+        [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
     sm90::indexer_topk(ia, ws, stream_);
   }
 }
@@ -159,7 +217,9 @@ void GpuModel::prefill_attend_sm90(const SparseAttnArgs& a, const int32_t* pos) 
   }
   kv_encode_rows(a.kv_new, n, pool, old_rows, stream_);
 
-  const int64_t max_extra = a.ratio == 0 ? 0 : a.selected != nullptr ? a.sel_stride : (a.start_pos + n) / a.ratio;
+  const int64_t max_extra = a.ratio == 0            ? 0
+                            : a.selected != nullptr ? a.sel_stride
+                                                    : (a.start_pos + n) / a.ratio;
   const int rows = static_cast<int>(n);
   const sm90::SparseDecodePlan plan =
       sm90::plan_sparse_decode(rows, a.win, static_cast<int>(max_extra), num_sms_, 16, a.H, rows);
@@ -186,13 +246,17 @@ void GpuModel::prefill_attend_sm90(const SparseAttnArgs& a, const int32_t* pos) 
   g.rows = rows;
   uint8_t* ws = grow(s.attn_ws, static_cast<int64_t>(plan.workspace_bytes));
   // Bytes: q and out (fp32) per row and the upper bound of candidate entries gathered.
-  prof::Launch pl(a.ratio == 0 ? "sm90_prefill_attention (window)"
-                  : a.selected ? "sm90_prefill_attention (CSA)"
-                               : "sm90_prefill_attention (HCA)",
-                  double(n) * (double(std::min<int64_t>(win, a.start_pos + n) + max_extra) * kKvEntryBytes +
-                               2.0 * a.H * a.d * 4),
-                  stream_, [&] { return "rows=" + std::to_string(n) + " H=" + std::to_string(a.H) + " splits=" +
-                                        std::to_string(plan.splits); });
+  prof::Launch pl(
+      a.ratio == 0 ? "sm90_prefill_attention (window)"
+      : a.selected ? "sm90_prefill_attention (CSA)"
+                   : "sm90_prefill_attention (HCA)",
+      double(n) * (double(std::min<int64_t>(win, a.start_pos + n) + max_extra) * kKvEntryBytes +
+                   2.0 * a.H * a.d * 4),
+      stream_,
+      [&] {
+        return "rows=" + std::to_string(n) + " H=" + std::to_string(a.H) +
+               " splits=" + std::to_string(plan.splits);
+      });
   sm90::sparse_decode(g, plan, ws, stream_);
 }
 

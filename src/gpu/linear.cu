@@ -351,12 +351,7 @@ __global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restri
     v[i] = j < nvec ? __ldg(xr + j) : make_float4(0, 0, 0, 0);
   }
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    ss += double(v[i].x) * double(v[i].x);
-    ss += double(v[i].y) * double(v[i].y);
-    ss += double(v[i].z) * double(v[i].z);
-    ss += double(v[i].w) * double(v[i].w);
-  }
+  for (int i = 0; i < VPT; ++i) ss = add_squares(ss, v[i]);
   ss = block_sum(ss, red);
   const float ms = float(ss / double(dim));
   const float rs = 1.0f / sqrtf(ms + eps);

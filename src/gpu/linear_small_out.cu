@@ -28,12 +28,13 @@
 namespace dsv4::gpu {
 namespace {
 
-constexpr int kChunk = 256;               // K per chunk (per CTA)
-constexpr int kHalf = kChunk / 2;         // K staged in shared memory at a time
-constexpr int kQuarters = 4;              // independent chains per chunk
-constexpr int kPad = kHalf + 4;           // smem row stride (doubles): conflict-free 64-bit loads
+constexpr int kChunk = 256;        // K per chunk (per CTA)
+constexpr int kHalf = kChunk / 2;  // K staged in shared memory at a time
+constexpr int kQuarters = 4;       // independent chains per chunk
+constexpr int kPad = kHalf + 4;    // smem row stride (doubles): conflict-free 64-bit loads
 constexpr int kRowsPerCta = 16;
-constexpr int kRowTile = 2, kOutTile = 3;  // a thread's register tile: 2 rows × 3 outputs (one quarter)
+constexpr int kRowTile = 2,
+              kOutTile = 3;  // a thread's register tile: 2 rows × 3 outputs (one quarter)
 constexpr int kOutTiles = kSmallOutMax / kOutTile;
 constexpr int kThreads = kQuarters * kOutTiles * (kRowsPerCta / kRowTile);  // 256
 static_assert(kSmallOutMax % kOutTile == 0 && kRowsPerCta % kRowTile == 0 && kThreads == 256);
@@ -41,15 +42,27 @@ static_assert(kSmallOutMax % kOutTile == 0 && kRowsPerCta % kRowTile == 0 && kTh
 // Stages `width` K positions from k0 (kn of them valid, the rest 0) of the weights [out, in] and
 // of x rows r0 .. r0 + rg into shared rows of `pad` elements (T: float or double; exact).
 template <bool kBf16, class T>
-__device__ __forceinline__ void stage_chunk(T* wdst, T* xdst, int pad, int width, const void* __restrict__ w, int out,
-                                            int64_t in, const float* __restrict__ x, int64_t x_stride, int64_t r0,
-                                            int rg, int64_t k0, int kn) {
+__device__ __forceinline__ void stage_chunk(T* wdst,
+                                            T* xdst,
+                                            int pad,
+                                            int width,
+                                            const void* __restrict__ w,
+                                            int out,
+                                            int64_t in,
+                                            const float* __restrict__ x,
+                                            int64_t x_stride,
+                                            int64_t r0,
+                                            int rg,
+                                            int64_t k0,
+                                            int kn) {
   for (int i = threadIdx.x; i < out * width; i += kThreads) {
     const int o = i / width, k = i % width;
     float v = 0.0f;
     if (k < kn) {
-      if (kBf16) v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(w)[o * in + k0 + k]) << 16);
-      else v = __ldg(static_cast<const float*>(w) + o * in + k0 + k);
+      if (kBf16)
+        v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(w)[o * in + k0 + k]) << 16);
+      else
+        v = __ldg(static_cast<const float*>(w) + o * in + k0 + k);
     }
     wdst[o * pad + k] = T(v);
   }
@@ -64,9 +77,14 @@ __device__ __forceinline__ void stage_chunk(T* wdst, T* xdst, int pad, int width
 // the chains continue across the halves, so the order is the file comment's). Thread (q, output
 // triple, row pair) keeps 6 chains in registers: 5 shared loads feed 6 FMAs.
 template <bool kBf16>
-__global__ void __launch_bounds__(kThreads) small_out_partials_kernel(const float* __restrict__ x, int64_t x_stride,
-                                                                      const void* __restrict__ w, int out, int64_t in,
-                                                                      int64_t rows, double* __restrict__ partial) {
+__global__ void __launch_bounds__(kThreads)
+    small_out_partials_kernel(const float* __restrict__ x,
+                              int64_t x_stride,
+                              const void* __restrict__ w,
+                              int out,
+                              int64_t in,
+                              int64_t rows,
+                              double* __restrict__ partial) {
   pdl_wait();
   pdl_trigger();
   __shared__ double ws[kSmallOutMax * kPad];  // [o][k]; after the last half: qs [pair][quarter]
@@ -133,10 +151,14 @@ constexpr int kNarrowRows = 8;
 constexpr int kNarrowPad = kChunk + 4;  // floats
 constexpr int64_t kNarrowMaxRows = 32;
 template <bool kBf16>
-__global__ void __launch_bounds__(kThreads) small_out_partials_narrow_kernel(const float* __restrict__ x,
-                                                                             int64_t x_stride, const void* __restrict__ w,
-                                                                             int out, int64_t in, int64_t rows,
-                                                                             double* __restrict__ partial) {
+__global__ void __launch_bounds__(kThreads)
+    small_out_partials_narrow_kernel(const float* __restrict__ x,
+                                     int64_t x_stride,
+                                     const void* __restrict__ w,
+                                     int out,
+                                     int64_t in,
+                                     int64_t rows,
+                                     double* __restrict__ partial) {
   pdl_wait();
   pdl_trigger();
   __shared__ float ws[kSmallOutMax][kNarrowPad];
@@ -146,7 +168,8 @@ __global__ void __launch_bounds__(kThreads) small_out_partials_narrow_kernel(con
   const int kn = int(min(int64_t{kChunk}, in - k0));
   const int64_t r0 = int64_t(blockIdx.y) * kNarrowRows;
   const int rg = int(min(int64_t{kNarrowRows}, rows - r0));
-  stage_chunk<kBf16>(&ws[0][0], &xs[0][0], kNarrowPad, kChunk, w, out, in, x, x_stride, r0, rg, k0, kn);
+  stage_chunk<kBf16>(
+      &ws[0][0], &xs[0][0], kNarrowPad, kChunk, w, out, in, x, x_stride, r0, rg, k0, kn);
   __syncthreads();
   const int items = out * rg * kQuarters;
   for (int it = threadIdx.x; it < items; it += kThreads) {
@@ -162,13 +185,18 @@ __global__ void __launch_bounds__(kThreads) small_out_partials_narrow_kernel(con
   __syncthreads();
   for (int pair = threadIdx.x; pair < out * rg; pair += kThreads) {
     const int o = pair % out, r = pair / out;
-    partial[(c * rows + r0 + r) * out + o] = (qs[pair][0] + qs[pair][1]) + (qs[pair][2] + qs[pair][3]);
+    partial[(c * rows + r0 + r) * out + o] =
+        (qs[pair][0] + qs[pair][1]) + (qs[pair][2] + qs[pair][3]);
   }
 }
 
 // One warp per (row, output): y[r · out + o] = fp32(Σ chunks) in the order of the file comment.
-__global__ void __launch_bounds__(kThreads) small_out_reduce_kernel(const double* __restrict__ partial, int64_t chunks,
-                                                                    int64_t rows, int out, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    small_out_reduce_kernel(const double* __restrict__ partial,
+                            int64_t chunks,
+                            int64_t rows,
+                            int out,
+                            float* __restrict__ y) {
   pdl_wait();
   pdl_trigger();
   const int64_t pair = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
@@ -177,24 +205,75 @@ __global__ void __launch_bounds__(kThreads) small_out_reduce_kernel(const double
   if ((threadIdx.x & 31) == 0) y[pair] = float(v);
 }
 
-void launch_partials(const float* x, int64_t n, int64_t x_stride, const void* w, bool w_bf16, int64_t out, int64_t in,
-                     int64_t chunks, double* ws, cudaStream_t s) {
+void launch_partials(const float* x,
+                     int64_t n,
+                     int64_t x_stride,
+                     const void* w,
+                     bool w_bf16,
+                     int64_t out,
+                     int64_t in,
+                     int64_t chunks,
+                     double* ws,
+                     cudaStream_t s) {
   if (n <= kNarrowMaxRows) {
     const dim3 grid(unsigned(chunks), unsigned((n + kNarrowRows - 1) / kNarrowRows));
-    if (w_bf16) launch_pdl(small_out_partials_narrow_kernel<true>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
-    else launch_pdl(small_out_partials_narrow_kernel<false>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+    if (w_bf16)
+      launch_pdl(small_out_partials_narrow_kernel<true>,
+                 grid,
+                 kThreads,
+                 0,
+                 s,
+                 x,
+                 x_stride,
+                 w,
+                 int(out),
+                 in,
+                 n,
+                 ws);
+    else
+      launch_pdl(small_out_partials_narrow_kernel<false>,
+                 grid,
+                 kThreads,
+                 0,
+                 s,
+                 x,
+                 x_stride,
+                 w,
+                 int(out),
+                 in,
+                 n,
+                 ws);
     return;
   }
   const dim3 grid(unsigned(chunks), unsigned((n + kRowsPerCta - 1) / kRowsPerCta));
-  if (w_bf16) launch_pdl(small_out_partials_kernel<true>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
-  else launch_pdl(small_out_partials_kernel<false>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+  if (w_bf16)
+    launch_pdl(
+        small_out_partials_kernel<true>, grid, kThreads, 0, s, x, x_stride, w, int(out), in, n, ws);
+  else
+    launch_pdl(small_out_partials_kernel<false>,
+               grid,
+               kThreads,
+               0,
+               s,
+               x,
+               x_stride,
+               w,
+               int(out),
+               in,
+               n,
+               ws);
 }
 
-void check_args(int64_t rows, int64_t out, int64_t in, int64_t x_stride, int64_t ws_doubles, int64_t chunks) {
-  DSV4_CHECK(out > 0 && out <= kSmallOutMax, "small_out_linear: out ", out, " outside 1..", kSmallOutMax);
+void check_args(
+    int64_t rows, int64_t out, int64_t in, int64_t x_stride, int64_t ws_doubles, int64_t chunks) {
+  DSV4_CHECK(
+      out > 0 && out <= kSmallOutMax, "small_out_linear: out ", out, " outside 1..", kSmallOutMax);
   DSV4_CHECK(in > 0 && x_stride >= in, "small_out_linear: in ", in, ", x_stride ", x_stride);
   const int64_t block = std::min<int64_t>(rows, kSmallOutRowBlock);
-  DSV4_CHECK(ws_doubles >= chunks * block * out, "small_out_linear: workspace of ", ws_doubles, " doubles < ",
+  DSV4_CHECK(ws_doubles >= chunks * block * out,
+             "small_out_linear: workspace of ",
+             ws_doubles,
+             " doubles < ",
              chunks * block * out);
 }
 
@@ -205,31 +284,71 @@ int64_t small_out_linear_workspace(int64_t rows, int64_t out, int64_t in) {
   return chunks * std::min<int64_t>(rows, kSmallOutRowBlock) * out;
 }
 
-void small_out_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16, int64_t out,
-                      int64_t in, double* ws, int64_t ws_doubles, float* y, cudaStream_t s) {
+void small_out_linear(const float* x,
+                      int64_t rows,
+                      int64_t x_stride,
+                      const void* w,
+                      bool w_bf16,
+                      int64_t out,
+                      int64_t in,
+                      double* ws,
+                      int64_t ws_doubles,
+                      float* y,
+                      cudaStream_t s) {
   if (rows == 0) return;
   const int64_t chunks = (in + kChunk - 1) / kChunk;
   check_args(rows, out, in, x_stride, ws_doubles, chunks);
-  prof::Launch pl("hc_mix_linear", double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * in * 4 + double(rows) * out * 4,
-                  s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  prof::Launch pl(
+      "hc_mix_linear",
+      double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * in * 4 + double(rows) * out * 4,
+      s,
+      [&] {
+        return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) +
+               " in=" + std::to_string(in);
+      });
   const int64_t block = std::min<int64_t>(rows, kSmallOutRowBlock);
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t n = std::min<int64_t>(block, rows - r0);
     launch_partials(x + r0 * x_stride, n, x_stride, w, w_bf16, out, in, chunks, ws, s);
     const int64_t warps = n * out;
-    launch_pdl(small_out_reduce_kernel, unsigned((warps * 32 + kThreads - 1) / kThreads), kThreads, 0, s, ws, chunks, n,
-               int(out), y + r0 * out);
+    launch_pdl(small_out_reduce_kernel,
+               unsigned((warps * 32 + kThreads - 1) / kThreads),
+               kThreads,
+               0,
+               s,
+               ws,
+               chunks,
+               n,
+               int(out),
+               y + r0 * out);
   }
 }
 
-int64_t small_out_linear_partials(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
-                                  int64_t out, int64_t in, double* ws, int64_t ws_doubles, cudaStream_t s) {
+int64_t small_out_linear_partials(const float* x,
+                                  int64_t rows,
+                                  int64_t x_stride,
+                                  const void* w,
+                                  bool w_bf16,
+                                  int64_t out,
+                                  int64_t in,
+                                  double* ws,
+                                  int64_t ws_doubles,
+                                  cudaStream_t s) {
   const int64_t chunks = (in + kChunk - 1) / kChunk;
-  DSV4_CHECK(rows > 0 && rows <= kSmallOutRowBlock, "small_out_linear_partials: rows ", rows, " outside 1..",
+  DSV4_CHECK(rows > 0 && rows <= kSmallOutRowBlock,
+             "small_out_linear_partials: rows ",
+             rows,
+             " outside 1..",
              kSmallOutRowBlock);
   check_args(rows, out, in, x_stride, ws_doubles, chunks);
-  prof::Launch pl("hc_mix_linear", double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * in * 4 + double(rows) * out * 8,
-                  s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  prof::Launch pl(
+      "hc_mix_linear",
+      double(out) * in * (w_bf16 ? 2 : 4) + double(rows) * in * 4 + double(rows) * out * 8,
+      s,
+      [&] {
+        return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) +
+               " in=" + std::to_string(in);
+      });
   launch_partials(x, rows, x_stride, w, w_bf16, out, in, chunks, ws, s);
   return chunks;
 }

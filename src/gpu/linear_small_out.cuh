@@ -10,8 +10,10 @@ namespace dsv4::gpu {
 // laid out [chunks][stride] (stride = rows · out): lane l adds chunks l, l + 32, … in order, then
 // an xor butterfly. Every lane returns the same value; the order is the one linear_small_out.cu
 // documents, so every consumer gets the same bits.
-__device__ __forceinline__ double small_out_reduce_warp(const double* __restrict__ partial, int64_t chunks,
-                                                        int64_t stride, int64_t pair) {
+__device__ __forceinline__ double small_out_reduce_warp(const double* __restrict__ partial,
+                                                        int64_t chunks,
+                                                        int64_t stride,
+                                                        int64_t pair) {
   const int lane = threadIdx.x & 31;
   double v = 0.0;
   for (int64_t c = lane; c < chunks; c += 32) v += partial[c * stride + pair];

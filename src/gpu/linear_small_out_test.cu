@@ -38,7 +38,8 @@ TEST_P(SmallOutLinearTest, MatchesCpuFp32Linear) {
   const auto x = random_f32(rows * in, 1.0f, 12 + rows, false);
   cpu::Fp32Linear ref{.out = out, .in = in, .weight = w};
   std::vector<float> want(rows * out);
-  for (int64_t r = 0; r < rows; ++r) ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
+  for (int64_t r = 0; r < rows; ++r)
+    ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
   std::vector<uint16_t> bits;
   for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
   auto dx = to_device(x);
@@ -47,27 +48,43 @@ TEST_P(SmallOutLinearTest, MatchesCpuFp32Linear) {
   const int64_t need = small_out_linear_workspace(rows, out, in);
   DeviceBuffer<double> ws(static_cast<size_t>(need));
   DeviceBuffer<float> y(rows * out);
-  small_out_linear(dx.get(), rows, in, bf16 ? static_cast<const void*>(dwb.get()) : dwf.get(), bf16, out, in, ws.get(),
-                   need, y.get(), nullptr);
+  small_out_linear(dx.get(),
+                   rows,
+                   in,
+                   bf16 ? static_cast<const void*>(dwb.get()) : dwf.get(),
+                   bf16,
+                   out,
+                   in,
+                   ws.get(),
+                   need,
+                   y.get(),
+                   nullptr);
   const auto got = y.download();
   int64_t differ = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] == want[i]) continue;
     ++differ;
-    EXPECT_EQ(std::nextafter(want[i], got[i]), got[i]) << "row " << i / out << " out " << i % out << ": gpu " << got[i]
-                                                       << " cpu " << want[i];
+    EXPECT_EQ(std::nextafter(want[i], got[i]), got[i])
+        << "row " << i / out << " out " << i % out << ": gpu " << got[i] << " cpu " << want[i];
   }
-  EXPECT_LE(differ, int64_t(got.size() / 1000)) << differ << " of " << got.size() << " outputs are not bit-equal";
+  EXPECT_LE(differ, int64_t(got.size() / 1000))
+      << differ << " of " << got.size() << " outputs are not bit-equal";
 }
 
 // 24 × 16384 and 4 × 16384: the mHC projections (fp32 in the checkpoint); odd K; rows across
 // the 512-row block of the workspace.
-INSTANTIATE_TEST_SUITE_P(Shapes, SmallOutLinearTest,
-                         ::testing::Values(SmallOutShape{1, 24, 16384, false}, SmallOutShape{3, 24, 16384, false},
-                                           SmallOutShape{16, 24, 16384, false}, SmallOutShape{64, 24, 16384, false},
-                                           SmallOutShape{600, 24, 16384, false}, SmallOutShape{1, 4, 16384, false},
-                                           SmallOutShape{9, 4, 16384, true}, SmallOutShape{5, 24, 16384, true},
-                                           SmallOutShape{7, 17, 1000, false}, SmallOutShape{2, 1, 100, false}));
+INSTANTIATE_TEST_SUITE_P(Shapes,
+                         SmallOutLinearTest,
+                         ::testing::Values(SmallOutShape{1, 24, 16384, false},
+                                           SmallOutShape{3, 24, 16384, false},
+                                           SmallOutShape{16, 24, 16384, false},
+                                           SmallOutShape{64, 24, 16384, false},
+                                           SmallOutShape{600, 24, 16384, false},
+                                           SmallOutShape{1, 4, 16384, false},
+                                           SmallOutShape{9, 4, 16384, true},
+                                           SmallOutShape{5, 24, 16384, true},
+                                           SmallOutShape{7, 17, 1000, false},
+                                           SmallOutShape{2, 1, 100, false}));
 
 // A row's outputs are the same bits alone, in a short call, or at another offset of a long one
 // (several row blocks), and the same again on a second call (GpuModel: batched decode ==
@@ -82,16 +99,28 @@ TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
   DeviceBuffer<double> ws(static_cast<size_t>(small_out_linear_workspace(rows, out, in)));
   const int64_t need_all = small_out_linear_workspace(rows, out, in);
   DeviceBuffer<float> y(rows * out);
-  small_out_linear(dx.get(), rows, in, dw.get(), false, out, in, ws.get(), need_all, y.get(), nullptr);
+  small_out_linear(
+      dx.get(), rows, in, dw.get(), false, out, in, ws.get(), need_all, y.get(), nullptr);
   const auto full = y.download();
-  const std::pair<int64_t, int64_t> subs[] = {{0, 1}, {699, 1}, {5, 3}, {9, 8}, {17, 13}, {100, 64}, {37, 600}};
+  const std::pair<int64_t, int64_t> subs[] = {
+      {0, 1}, {699, 1}, {5, 3}, {9, 8}, {17, 13}, {100, 64}, {37, 600}};
   for (const auto& [first, n] : subs) {
     for (int rep = 0; rep < 2; ++rep) {
       DeviceBuffer<float> s(n * out);
-      small_out_linear(dx.get() + first * in, n, in, dw.get(), false, out, in, ws.get(),
-                       small_out_linear_workspace(n, out, in), s.get(), nullptr);
+      small_out_linear(dx.get() + first * in,
+                       n,
+                       in,
+                       dw.get(),
+                       false,
+                       out,
+                       in,
+                       ws.get(),
+                       small_out_linear_workspace(n, out, in),
+                       s.get(),
+                       nullptr);
       const auto got = s.download();
-      EXPECT_EQ(0, std::memcmp(got.data(), full.data() + first * out, n * out * sizeof(float))) << first << "+" << n;
+      EXPECT_EQ(0, std::memcmp(got.data(), full.data() + first * out, n * out * sizeof(float)))
+          << first << "+" << n;
     }
   }
 }
@@ -107,7 +136,8 @@ TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
   const int hc = 4, M = hc * (2 + hc);
   const auto streams = random_f32(n * hc * D, 1.0f, 30 + n, true);
   cpu::HcWeights w;
-  w.fn = cpu::Fp32Linear{.out = M, .in = hc * D, .weight = random_f32(M * hc * D, 0.01f, 31, false)};
+  w.fn =
+      cpu::Fp32Linear{.out = M, .in = hc * D, .weight = random_f32(M * hc * D, 0.01f, 31, false)};
   w.base = random_f32(M, 0.1f, 32, true);
   w.scale = {1.0f, 0.9f, 1.1f};
   const auto norm = random_f32(D, 0.1f, 33, true);
@@ -119,22 +149,46 @@ TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
     cpu::hc_pre(std::span(streams).subspan(t * hc * D, hc * D), w, cp, mixed, hp_post, hp_comb);
     cpu::rms_norm(mixed, norm1, cp.norm_eps, std::span(want).subspan(t * D, D));
   }
-  auto ds = to_device(streams), dfn = to_device(w.fn.weight), db = to_device(w.base), dsc = to_device(w.scale);
+  auto ds = to_device(streams), dfn = to_device(w.fn.weight), db = to_device(w.base),
+       dsc = to_device(w.scale);
   auto dn = to_device(norm1);
   const int64_t need = small_out_linear_workspace(n, M, hc * D);
   DeviceBuffer<double> ws(static_cast<size_t>(need));
-  DeviceBuffer<float> mixes(n * M), mx(n * D), x3(n * D), post3(n * hc), comb3(n * hc * hc), x(n * D), post(n * hc),
-      comb(n * hc * hc);
+  DeviceBuffer<float> mixes(n * M), mx(n * D), x3(n * D), post3(n * hc), comb3(n * hc * hc),
+      x(n * D), post(n * hc), comb(n * hc * hc);
   HcDeviceParams hp;
   hp.norm_eps = cp.norm_eps;
-  small_out_linear(ds.get(), n, hc * D, dfn.get(), false, M, hc * D, ws.get(), need, mixes.get(), nullptr);
-  hc_pre_finish(ds.get(), mixes.get(), n, D, dsc.get(), db.get(), hp, mx.get(), post3.get(), comb3.get(), nullptr);
+  small_out_linear(
+      ds.get(), n, hc * D, dfn.get(), false, M, hc * D, ws.get(), need, mixes.get(), nullptr);
+  hc_pre_finish(ds.get(),
+                mixes.get(),
+                n,
+                D,
+                dsc.get(),
+                db.get(),
+                hp,
+                mx.get(),
+                post3.get(),
+                comb3.get(),
+                nullptr);
   rms_norm_rows(mx.get(), dn.get(), n, D, cp.norm_eps, x3.get(), nullptr);
-  const int64_t chunks =
-      small_out_linear_partials(ds.get(), n, hc * D, dfn.get(), false, M, hc * D, ws.get(), need, nullptr);
-  ASSERT_TRUE(hc_pre_norm(ds.get(), ws.get(), chunks, n, D, dsc.get(), db.get(), hp, dn.get(), x.get(), post.get(),
-                          comb.get(), nullptr));
-  const auto gp = post.download(), gp3 = post3.download(), gc = comb.download(), gc3 = comb3.download();
+  const int64_t chunks = small_out_linear_partials(
+      ds.get(), n, hc * D, dfn.get(), false, M, hc * D, ws.get(), need, nullptr);
+  ASSERT_TRUE(hc_pre_norm(ds.get(),
+                          ws.get(),
+                          chunks,
+                          n,
+                          D,
+                          dsc.get(),
+                          db.get(),
+                          hp,
+                          dn.get(),
+                          x.get(),
+                          post.get(),
+                          comb.get(),
+                          nullptr));
+  const auto gp = post.download(), gp3 = post3.download(), gc = comb.download(),
+             gc3 = comb3.download();
   EXPECT_EQ(0, std::memcmp(gp.data(), gp3.data(), gp.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(gc.data(), gc3.data(), gc.size() * sizeof(float)));
   const auto gx = x.download(), gx3 = x3.download();
@@ -145,23 +199,33 @@ TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
       ++differ;
       EXPECT_LE(std::fabs(gx[i] - gx3[i]), std::ldexp(std::fabs(gx3[i]), -7)) << "element " << i;
     }
-    worst_cpu = std::max(worst_cpu, std::fabs(double(gx[i]) - want[i]) / std::max(1e-30, std::fabs(double(want[i]))));
+    worst_cpu =
+        std::max(worst_cpu,
+                 std::fabs(double(gx[i]) - want[i]) / std::max(1e-30, std::fabs(double(want[i]))));
   }
   EXPECT_LE(differ, int64_t(gx.size() / 1000) + 1);
   EXPECT_LE(worst_cpu, 1.0 / 128);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, HcPreNormTest,
-                         ::testing::Values(std::tuple{256, 3}, std::tuple{4096, 1}, std::tuple{4096, 16},
-                                           std::tuple{4096, 64}, std::tuple{200, 2}));
+INSTANTIATE_TEST_SUITE_P(Sizes,
+                         HcPreNormTest,
+                         ::testing::Values(std::tuple{256, 3},
+                                           std::tuple{4096, 1},
+                                           std::tuple{4096, 16},
+                                           std::tuple{4096, 64},
+                                           std::tuple{200, 2}));
 
 TEST(SmallOutLinearTest, RefusesTooManyOutputsAndShortWorkspace) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   DeviceBuffer<float> x(64), y(64);
   DeviceBuffer<double> ws(4);
-  EXPECT_THROW(small_out_linear(x.get(), 1, 64, x.get(), false, kSmallOutMax + 1, 64, ws.get(), 4, y.get(), nullptr),
-               std::exception);
-  EXPECT_THROW(small_out_linear(x.get(), 1, 64, x.get(), false, 8, 64, ws.get(), 4, y.get(), nullptr), std::exception);
+  EXPECT_THROW(
+      small_out_linear(
+          x.get(), 1, 64, x.get(), false, kSmallOutMax + 1, 64, ws.get(), 4, y.get(), nullptr),
+      std::exception);
+  EXPECT_THROW(
+      small_out_linear(x.get(), 1, 64, x.get(), false, 8, 64, ws.get(), 4, y.get(), nullptr),
+      std::exception);
 }
 
 }  // namespace

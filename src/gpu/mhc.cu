@@ -209,12 +209,7 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
 #pragma unroll
   for (int s = 0; s < hc; ++s)
 #pragma unroll
-    for (int q = 0; q < kFastVpt; ++q) {
-      ss += double(v[s][q].x) * double(v[s][q].x);
-      ss += double(v[s][q].y) * double(v[s][q].y);
-      ss += double(v[s][q].z) * double(v[s][q].z);
-      ss += double(v[s][q].w) * double(v[s][q].w);
-    }
+    for (int q = 0; q < kFastVpt; ++q) ss = add_squares(ss, v[s][q]);
   ss = block_sum(ss, red);
   const float rs = 1.0f / sqrtf(float(ss / double(hc * dim)) + p.norm_eps);
   if (threadIdx.x < 32) {
@@ -244,12 +239,7 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
   if (norm_w != nullptr) {  // padding lanes hold mix(0, ...) = 0: they add nothing
     double sn = 0.0;
 #pragma unroll
-    for (int q = 0; q < kFastVpt; ++q) {
-      sn += double(m[q].x) * double(m[q].x);
-      sn += double(m[q].y) * double(m[q].y);
-      sn += double(m[q].z) * double(m[q].z);
-      sn += double(m[q].w) * double(m[q].w);
-    }
+    for (int q = 0; q < kFastVpt; ++q) sn = add_squares(sn, m[q]);
     sn = block_sum(sn, red);
     rn = 1.0f / sqrtf(float(sn / double(dim)) + p.norm_eps);
   }

@@ -34,7 +34,8 @@ __device__ __forceinline__ void pdl_trigger() {
 // kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute;
 // launch errors are thrown like CUDA_CHECK_LAUNCH.
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+void launch_pdl(
+    void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
