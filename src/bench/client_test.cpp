@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "bench/bench.h"
 #include "bench/fake_server.h"
@@ -20,11 +22,12 @@ using testing::FakeServer;
 
 constexpr double kTtft = 0.040, kToken = 0.020;
 // Per-sample allowance for scheduler jitter, in seconds: lower bounds are exact (a response can
-// never be faster than its script), upper bounds get kTol. 15 ms holds on a loaded 2-core CI box;
-// DSV4_BENCH_TIMING_TOL_MS tightens or loosens it (a quiet machine passes with 3).
+// never be faster than its script), upper bounds get kTol. 25 ms holds on a 2-core CI box
+// running ctest -j2 (15 ms failed there under a concurrent build); DSV4_BENCH_TIMING_TOL_MS
+// tightens or loosens it (a quiet machine passes with 3).
 const double kTol = [] {
   const char* env = std::getenv("DSV4_BENCH_TIMING_TOL_MS");
-  return (env ? std::atof(env) : 15.0) * 1e-3;
+  return (env ? std::atof(env) : 25.0) * 1e-3;
 }();
 
 // The server reports prompt_tokens = 100 + (#ids) so tests can tell usage from the dataset.
@@ -71,8 +74,22 @@ void expect_timing(const RequestResult& r, int tokens) {
   EXPECT_GE(r.e2e_s, e2e);
   EXPECT_NEAR(r.e2e_s, e2e, kTol);
   ASSERT_EQ(r.itls_s.size(), static_cast<size_t>(tokens - 1));
-  for (double g : r.itls_s) EXPECT_NEAR(g, kToken, kTol);
-  if (tokens > 1) EXPECT_NEAR(request_tpot(r), kToken, kTol / (tokens - 1) + 1e-3);
+  // A late read can deliver two tokens in one chunk: one gap ~0, the next ~2 intervals. So each
+  // gap lies in [0, 2·kToken + kTol], the gaps add up to at most the time after the first token
+  // (E2E ends with the response, after the last token), and their median is the interval.
+  double sum = 0;
+  for (double g : r.itls_s) {
+    EXPECT_GE(g, 0.0);
+    EXPECT_LE(g, 2 * kToken + kTol);
+    sum += g;
+  }
+  EXPECT_LE(sum, r.e2e_s - r.ttft_s + 1e-9);
+  if (tokens > 2) {
+    std::vector<double> sorted = r.itls_s;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_NEAR(sorted[sorted.size() / 2], kToken, kTol);
+  }
+  if (tokens > 1) EXPECT_NEAR(request_tpot(r), kToken, kTol);
 }
 
 TEST(BenchClient, SequentialRunMeasuresEveryMetric) {

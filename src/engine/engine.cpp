@@ -8,6 +8,7 @@
 #include <random>
 
 #include "base/check.h"
+#include "base/parallel.h"
 #include "engine/log.h"
 
 namespace dsv4::engine {
@@ -254,24 +255,40 @@ void Engine::step() {
     metrics_.prompt_tokens += static_cast<uint64_t>(prompt);
   }
   const int64_t running = scheduler_.num_running();  // the batch as it ran, for the log line
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    if (!plan.items[i].samples) continue;
-    handle_token(*plan.items[i].seq,
-                 std::span<float>(logits_.data() + i * static_cast<size_t>(vocab_size_), static_cast<size_t>(vocab_size_)));
+  // Sample every row first, rows in parallel (each sequence has its own Sampler and RNG, so a
+  // row's token does not depend on the others or on the thread count), then publish the
+  // tokens in batch order.
+  const size_t rows = plan.items.size();
+  tokens_.assign(rows, -1);
+  logprobs_.resize(rows);
+  parallel_for(static_cast<int64_t>(rows), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (!plan.items[i].samples) continue;
+      const size_t off = static_cast<size_t>(i) * static_cast<size_t>(vocab_size_);
+      tokens_[i] = sample_token(*plan.items[i].seq, std::span<float>(logits_.data() + off, static_cast<size_t>(vocab_size_)),
+                                logprobs_[i]);
+    }
+  });
+  for (size_t i = 0; i < rows; ++i) {
+    if (plan.items[i].samples) handle_token(*plan.items[i].seq, tokens_[i], logprobs_[i]);
   }
   log_batch(plan, seconds(Clock::now() - t0), running);
   publish_gauges();
 }
 
-void Engine::handle_token(Sequence& seq, std::span<float> row) {
+int32_t Engine::sample_token(Sequence& seq, std::span<float> row, TokenLogprob& lp) const {
   const SamplingParams& p = seq.params;
   if (seq.num_output < p.min_tokens) {
     for (int32_t id : eos_) if (id >= 0 && id < vocab_size_) row[id] = -std::numeric_limits<float>::infinity();
     for (int32_t id : p.stop_token_ids) if (id >= 0 && id < vocab_size_) row[id] = -std::numeric_limits<float>::infinity();
   }
-  TokenLogprob lp;
   const bool want_lp = p.logprobs || p.top_logprobs > 0;
-  const int32_t tok = seq.sampler->sample(row, want_lp ? &lp : nullptr);
+  return seq.sampler->sample(row, want_lp ? &lp : nullptr);
+}
+
+void Engine::handle_token(Sequence& seq, int32_t tok, const TokenLogprob& lp) {
+  const SamplingParams& p = seq.params;
+  const bool want_lp = p.logprobs || p.top_logprobs > 0;
   const auto now = Clock::now();
   if (seq.num_output == 0) {
     seq.first_token = now;
@@ -300,7 +317,7 @@ void Engine::handle_token(Sequence& seq, std::span<float> row) {
     reason = FinishReason::kStop;
   } else {
     ev.token_ids.push_back(tok);
-    if (want_lp) ev.logprobs.push_back(std::move(lp));
+    if (want_lp) ev.logprobs.push_back(lp);
     if (seq.detok) take_text(seq.detok->push(tok));
     if (reason == FinishReason::kNone &&
         (seq.num_output >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_context_)) {

@@ -93,7 +93,10 @@ class Engine {
   void run();
   bool drain_inbox(bool block);
   void step();
-  void handle_token(Sequence& seq, std::span<float> logits);
+  // A step's rows: sample_token (row logits masked and sampled; thread-safe across different
+  // sequences) runs for all rows in parallel, then handle_token publishes each in batch order.
+  int32_t sample_token(Sequence& seq, std::span<float> logits, TokenLogprob& lp) const;
+  void handle_token(Sequence& seq, int32_t tok, const TokenLogprob& lp);
   void finish(Sequence& seq, FinishReason reason, OutputEvent event, std::string error = {});
   void abort_all(const std::string& why);
   void log_batch(const BatchPlan& plan, double step_seconds, int64_t running);
@@ -112,6 +115,8 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<SequenceId, std::unique_ptr<Sequence>> seqs_;
   std::vector<float> logits_;
+  std::vector<int32_t> tokens_;        // this step's sampled token per row
+  std::vector<TokenLogprob> logprobs_;  // and its logprobs (when requested)
   int64_t decode_steps_since_log_ = 0;
   int64_t gen_tokens_since_log_ = 0;
   Clock::time_point last_decode_log_ = Clock::now();

@@ -45,6 +45,58 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
+// Candidates (log(p_i / p_max) at temperature T, after min_p and top_k) are walked in
+// descending order (ties: smaller id), as a full sort would give, but sorted lazily a block at a
+// time: top_p and the draw stop early on a peaked row, so most rows never sort the vocabulary.
+// p_i = float(exp(rel_i)); the total of every candidate's p_i is summed in candidate order.
+int32_t Sampler::draw(std::span<const float> logits, float max_logit) {
+  const double inv_t = 1.0 / params_.temperature;
+  scratch_.clear();
+  const float min_rel = params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : kNegInf;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float rel = static_cast<float>((logits[i] - max_logit) * inv_t);  // log(p_i / p_max)
+    if (rel == kNegInf || rel < min_rel) continue;
+    scratch_.emplace_back(rel, static_cast<int32_t>(i));
+  }
+  if (params_.top_k > 0 && static_cast<int64_t>(scratch_.size()) > params_.top_k) {
+    std::nth_element(scratch_.begin(), scratch_.begin() + params_.top_k, scratch_.end(), better);
+    scratch_.resize(static_cast<size_t>(params_.top_k));
+  }
+  const auto prob = [](float rel) { return static_cast<float>(std::exp(static_cast<double>(rel))); };
+  double total = 0;
+  for (const auto& c : scratch_) total += prob(c.first);
+  size_t sorted = 0;  // scratch_[0, sorted) holds the best candidates in order
+  const auto sort_through = [&](size_t i) {
+    if (i < sorted) return;
+    const auto first = scratch_.begin() + static_cast<ptrdiff_t>(sorted);
+    const size_t m = std::min(scratch_.size(), std::max({i + 1, size_t{64}, 4 * sorted}));
+    if (m < scratch_.size()) std::nth_element(first, scratch_.begin() + static_cast<ptrdiff_t>(m), scratch_.end(), better);
+    std::sort(first, scratch_.begin() + static_cast<ptrdiff_t>(m), better);
+    sorted = m;
+  };
+  size_t keep = scratch_.size();
+  if (params_.top_p < 1.0f) {
+    double cum = 0;
+    keep = 0;
+    while (keep < scratch_.size()) {
+      sort_through(keep);
+      cum += prob(scratch_[keep].first);
+      ++keep;
+      if (cum >= params_.top_p * total) break;
+    }
+    total = cum;
+  }
+  double u = next_uniform() * total;
+  for (size_t i = 0; i < keep; ++i) {
+    sort_through(i);
+    const float p = prob(scratch_[i].first);
+    if (u < p) return scratch_[i].second;
+    u -= p;
+  }
+  sort_through(keep - 1);
+  return scratch_[keep - 1].second;
+}
+
 int32_t Sampler::sample(std::span<float> logits, TokenLogprob* logprob) {
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(logits.size()), sample_vocab_);
   DSV4_CHECK(n > 0, "empty logits row");
@@ -60,7 +112,7 @@ int32_t Sampler::sample(std::span<float> logits, TokenLogprob* logprob) {
   }
   const float max_logit = logits[argmax];
   double log_z = 0;
-  if (logprob != nullptr || params_.temperature > 0) {
+  if (logprob != nullptr) {
     double z = 0;
     for (int64_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(logits[i] - max_logit));
     log_z = std::log(z) + max_logit;
@@ -68,47 +120,7 @@ int32_t Sampler::sample(std::span<float> logits, TokenLogprob* logprob) {
 
   int32_t chosen = argmax;
   const bool greedy = params_.temperature <= 1e-6f || params_.top_k == 1 || std::isinf(max_logit);
-  if (!greedy) {
-    // Candidates with probabilities at temperature T (relative to the max).
-    const double inv_t = 1.0 / params_.temperature;
-    scratch_.clear();
-    const float min_rel = params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : kNegInf;
-    for (int64_t i = 0; i < n; ++i) {
-      const float rel = static_cast<float>((logits[i] - max_logit) * inv_t);  // log(p_i / p_max)
-      if (rel == kNegInf || rel < min_rel) continue;
-      scratch_.emplace_back(rel, static_cast<int32_t>(i));
-    }
-    if (params_.top_k > 0 && static_cast<int64_t>(scratch_.size()) > params_.top_k) {
-      std::nth_element(scratch_.begin(), scratch_.begin() + params_.top_k, scratch_.end(), better);
-      scratch_.resize(static_cast<size_t>(params_.top_k));
-    }
-    std::sort(scratch_.begin(), scratch_.end(), better);
-    double total = 0;
-    for (auto& [rel, id] : scratch_) {
-      rel = static_cast<float>(std::exp(static_cast<double>(rel)));
-      total += rel;
-    }
-    if (params_.top_p < 1.0f) {
-      double cum = 0;
-      size_t keep = 0;
-      while (keep < scratch_.size()) {
-        cum += scratch_[keep].first;
-        ++keep;
-        if (cum >= params_.top_p * total) break;
-      }
-      scratch_.resize(keep);
-      total = cum;
-    }
-    double u = next_uniform() * total;
-    chosen = scratch_.back().second;
-    for (const auto& [p, id] : scratch_) {
-      if (u < p) {
-        chosen = id;
-        break;
-      }
-      u -= p;
-    }
-  }
+  if (!greedy) chosen = draw(logits.first(static_cast<size_t>(n)), max_logit);
 
   if (logprob != nullptr) {
     logprob->id = chosen;

@@ -37,6 +37,8 @@ class Sampler {
 
  private:
   void apply_penalties(std::span<float> logits) const;
+  // A non-greedy draw from logits (max_logit = their maximum, finite).
+  int32_t draw(std::span<const float> logits, float max_logit);
   double next_uniform();  // [0, 1), 53 random bits
 
   SamplingParams params_;

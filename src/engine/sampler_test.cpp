@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <map>
+#include <random>
+#include <vector>
+#include <algorithm>
 
 #include "engine/text_stream.h"
 
@@ -40,6 +43,73 @@ TEST(Sampler, SameSeedSameTokens) {
     for (int v = 0; v < 50; ++v) la[v] = std::sin(float(v * 7 + i));
     lb = la;
     EXPECT_EQ(a.sample(la, nullptr), b.sample(lb, nullptr));
+  }
+}
+
+// Reference draw: the whole candidate list sorted first (descending, ties by smaller id), the
+// total summed in that order, then top_p and the walk — what draw() computes with lazily sorted
+// blocks. Same RNG stream as Sampler (mt19937_64(seed), 53-bit uniforms).
+int32_t reference_draw(std::vector<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  std::vector<std::pair<float, int32_t>> c;
+  const float min_rel = p.min_p > 0 ? std::log(p.min_p) : -INFINITY;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float rel = static_cast<float>((logits[i] - mx) * (1.0 / p.temperature));
+    if (rel != -INFINITY && rel >= min_rel) c.emplace_back(rel, static_cast<int32_t>(i));
+  }
+  const auto better = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::sort(c.begin(), c.end(), better);
+  if (p.top_k > 0 && static_cast<int64_t>(c.size()) > p.top_k) c.resize(static_cast<size_t>(p.top_k));
+  std::vector<float> pr;
+  double total = 0;
+  for (const auto& e : c) total += pr.emplace_back(static_cast<float>(std::exp(static_cast<double>(e.first))));
+  size_t keep = c.size();
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (keep = 0; keep < c.size();) {
+      cum += pr[keep++];
+      if (cum >= p.top_p * total) break;
+    }
+    total = cum;
+  }
+  double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  for (size_t i = 0; i < keep; ++i) {
+    if (u < pr[i]) return c[i].second;
+    u -= pr[i];
+  }
+  return c[keep - 1].second;
+}
+
+// The lazily sorted draw picks the reference's token (a 129,280-entry row once, where the block
+// growth runs to the full sort, and small rows with ties) under temperature, top_k, top_p, min_p.
+TEST(Sampler, LazySortDrawsTheReferenceToken) {
+  std::mt19937 g(5);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  struct Mode {
+    float t, top_p, min_p;
+    int32_t top_k;
+  };
+  const Mode modes[] = {{1.0f, 1.0f, 0.0f, -1}, {0.7f, 0.9f, 0.0f, -1}, {1.0f, 1.0f, 0.0f, 50},
+                        {1.3f, 0.95f, 0.0f, 300}, {1.0f, 0.5f, 0.05f, -1}};
+  for (const int vocab : {7, 300, 129280}) {
+    for (const Mode& m : modes) {
+      SamplingParams p;
+      p.temperature = m.t;
+      p.top_p = m.top_p;
+      p.min_p = m.min_p;
+      p.top_k = m.top_k;
+      const uint64_t seed = 1000 + vocab;
+      Sampler s(p, vocab, seed, {});
+      std::mt19937_64 ref_rng(seed);
+      const int draws = vocab > 1000 ? 3 : 300;
+      for (int i = 0; i < draws; ++i) {
+        std::vector<float> l(static_cast<size_t>(vocab));
+        for (float& v : l) v = vocab == 7 ? std::round(d(g)) : d(g);  // rounded: many ties
+        const int32_t want = reference_draw(l, p, ref_rng);
+        EXPECT_EQ(s.sample(l, nullptr), want) << "vocab " << vocab << " t " << m.t << " top_p " << m.top_p
+                                               << " top_k " << m.top_k << " draw " << i;
+      }
+    }
   }
 }
 
