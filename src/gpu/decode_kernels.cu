@@ -146,7 +146,6 @@ void decode_rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_p
                   double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
                   [&] { return "rows=" + std::to_string(rows) + " pairs=" + std::to_string(pairs); });
   launch_pdl(rope_kernel, blocks_for(rows * pairs, 256), 256, 0, s, x, rows, stride, rows_per_pos, pos, table, pairs, inverse);
-  CUDA_CHECK_LAUNCH();
 }
 
 void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_t* pos,
@@ -162,7 +161,6 @@ void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_
                   [&] { return "rows=" + std::to_string(rows) + " ratio=" + std::to_string(a.ratio); });
   const size_t smem = a.h * sizeof(double) + (a.indexer ? 0 : a.h * sizeof(float));
   launch_pdl(compressor_kernel, static_cast<unsigned>(rows), a.h, smem, s, a, pos, caches);
-  CUDA_CHECK_LAUNCH();
 }
 
 void decode_index_topk(const float* q, const float* weights, int64_t rows, const int32_t* pos,
@@ -178,12 +176,10 @@ void decode_index_topk(const float* q, const float* weights, int64_t rows, const
                     [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
     launch_pdl(index_scores_kernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0,
                s, q, weights, pos, caches, ratio, heads, dh, scores, score_stride);
-    CUDA_CHECK_LAUNCH();
   }
   prof::Launch pl("decode_index_topk", double(rows) * (double(max_visible) * 4 + (k + 1) * 4.0), s,
                   [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
   launch_pdl(index_topk_kernel, static_cast<unsigned>(rows), 256, 0, s, scores, pos, ratio, score_stride, k, sel, count);
-  CUDA_CHECK_LAUNCH();
 }
 
 void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_t* pos,
@@ -197,7 +193,6 @@ void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_
                   double(rows) * (double(a.win) * kKvEntryBytes + 2.0 * a.H * a.d * 4), s,
                   [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(a.H); });
   launch_pdl(attention_kernel, static_cast<unsigned>(rows * a.H), detail::kSparseAttnThreads, 0, s, a, pos, caches);
-  CUDA_CHECK_LAUNCH();
 }
 
 void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const DecodeLayerCache* caches, int win,
@@ -206,7 +201,6 @@ void decode_ring_update(const float* kv, int64_t rows, const int32_t* pos, const
   if (rows == 0) return;
   prof::Launch pl("decode_ring_update", double(rows) * (d * 4 + kKvEntryBytes), s);
   launch_pdl(ring_kernel, blocks_for(rows, kRingWarps), kRingWarps * 32, 0, s, kv, rows, pos, caches, win);
-  CUDA_CHECK_LAUNCH();
 }
 
 namespace {

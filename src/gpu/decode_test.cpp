@@ -113,6 +113,22 @@ struct CompressorCase {
 };
 class DecodeCompressorTest : public ::testing::TestWithParam<CompressorCase> {};
 
+// decode_compressor's arguments for case cc (the caller sets kv / score).
+DecodeCompressorArgs compressor_args(const CompressorCase& cc, const float* ape, const float* norm,
+                                     const float* rope_table, int pairs, float eps) {
+  DecodeCompressorArgs a;
+  a.ape = ape;
+  a.norm = norm;
+  a.rope_table = rope_table;
+  a.pairs = pairs;
+  a.eps = eps;
+  a.ratio = cc.ratio;
+  a.h = cc.h;
+  a.overlap = cc.overlap;
+  a.indexer = cc.indexer;
+  return a;
+}
+
 TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   SKIP_WITHOUT_GPU();
   const CompressorCase cc = GetParam();
@@ -157,18 +173,9 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   ASSERT_LT(emitted, B);
   const auto caches = to_device(table_host);
   const auto pos_dev = to_device(as_i32(cc.pos));
-  DecodeCompressorArgs a;
+  DecodeCompressorArgs a = compressor_args(cc, ape.get(), norm.get(), table.get(), pairs, eps);
   a.kv = kv.get();
   a.score = score.get();
-  a.ape = ape.get();
-  a.norm = norm.get();
-  a.rope_table = table.get();
-  a.pairs = pairs;
-  a.eps = eps;
-  a.ratio = cc.ratio;
-  a.h = cc.h;
-  a.overlap = cc.overlap;
-  a.indexer = cc.indexer;
   decode_compressor(a, B, pos_dev.get(), caches.get(), nullptr);
   DeviceBuffer<float> staging(static_cast<size_t>(cc.h));  // the attention compressor's raw entry
   for (int64_t b = 0; b < B; ++b) {
@@ -251,16 +258,7 @@ TEST_P(DecodeCompressorTest, ChunkedStepMatchesTokenByToken) {
   std::vector<int> all(static_cast<size_t>(N));
   for (int64_t p = 0; p < N; ++p) all[p] = static_cast<int>(p);
   const auto pos_dev = to_device(as_i32(all));
-  DecodeCompressorArgs a;
-  a.ape = ape.get();
-  a.norm = norm.get();
-  a.rope_table = table.get();
-  a.pairs = pairs;
-  a.eps = eps;
-  a.ratio = cc.ratio;
-  a.h = cc.h;
-  a.overlap = cc.overlap;
-  a.indexer = cc.indexer;
+  DecodeCompressorArgs a = compressor_args(cc, ape.get(), norm.get(), table.get(), pairs, eps);
   for (int64_t p = 0; p < N; ++p) {
     a.kv = kv.get() + p * width;
     a.score = score.get() + p * width;

@@ -412,18 +412,20 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
   auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
     // Projection partials + one fused kernel (mixes, Sinkhorn, stream sum, RMSNorm) per block of
     // rows — every row count takes the same kernels, so chunked and batched calls agree bitwise.
-    bool fused = M <= kSmallOutMax;
-    for (int64_t r0 = 0; fused && r0 < n; r0 += kSmallOutRowBlock) {
-      const int64_t rows = std::min<int64_t>(kSmallOutRowBlock, n - r0), need = small_out_linear_workspace(rows, M, hc * D);
-      double* parts = grow(s.hc_parts, need);
-      const float* st = streams + r0 * hc * D;
-      const int64_t chunks =
-          small_out_linear_partials(st, rows, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, parts, need, stream_);
-      fused = hc_pre_norm(st, parts, chunks, rows, D, hw.scale.get(), hw.base.get(), hp, norm.get(), x + r0 * D,
-                          post + r0 * hc, comb + r0 * hc * hc, stream_);
-      DSV4_CHECK(fused || r0 == 0, "hc_pre_norm declined a later row block");
+    if (M <= kSmallOutMax && hc_pre_norm_applies(hp, D, streams, x, norm.get())) {
+      for (int64_t r0 = 0; r0 < n; r0 += kSmallOutRowBlock) {
+        const int64_t rows = std::min<int64_t>(kSmallOutRowBlock, n - r0);
+        const int64_t need = small_out_linear_workspace(rows, M, hc * D);
+        double* parts = grow(s.hc_parts, need);
+        const float* st = streams + r0 * hc * D;
+        const int64_t chunks =
+            small_out_linear_partials(st, rows, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, parts, need, stream_);
+        const bool launched = hc_pre_norm(st, parts, chunks, rows, D, hw.scale.get(), hw.base.get(), hp,
+                                          norm.get(), x + r0 * D, post + r0 * hc, comb + r0 * hc * hc, stream_);
+        DSV4_CHECK(launched, "hc_pre_norm refused a row block of an accepted call");
+      }
+      return;
     }
-    if (fused) return;
     hc_projection(streams, n, hw.fn, M, hc * D, s.hc_parts, mixes, stream_);
     hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
     rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);

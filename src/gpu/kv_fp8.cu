@@ -40,14 +40,12 @@ void kv_encode_rows(const float* x, int64_t n, uint8_t* cache, int64_t first, cu
   if (n == 0) return;
   prof::Launch pl("kv_encode", double(n) * (kKvDim * 4 + kKvEntryBytes), s);
   launch_pdl(encode_kernel, static_cast<unsigned>((n + kWarps - 1) / kWarps), kWarps * 32, 0, s, x, n, cache, first);
-  CUDA_CHECK_LAUNCH();
 }
 
 void kv_decode_rows(const uint8_t* cache, int64_t first, int64_t n, float* out, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("kv_decode", double(n) * (kKvDim * 4 + kKvEntryBytes), s);
   launch_pdl(decode_kernel, static_cast<unsigned>((n * kKvDim + 255) / 256), 256, 0, s, cache, first, n, out);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dsv4::gpu

@@ -327,7 +327,6 @@ void launch_skinny(SkinnyArgs a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(groups * a.tiles_per_group));
   if (MT == 1) launch_pdl(skinny_kernel<WT, 1>, grid, nwarps * 32, smem, s, a);
   else launch_pdl(skinny_kernel<WT, 2>, grid, nwarps * 32, smem, s, a);
-  CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -382,7 +381,6 @@ void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, 
   prof::Launch pl("quantize_q8", double(rows) * in * 5 + double(total) * 4, s,
                   [&] { return "rows=" + std::to_string(rows) + " in=" + std::to_string(in); });
   launch_pdl(quantize_q8_kernel, (total + kWarps - 1) / kWarps, kWarps * 32, 0, s, x, in / 128, in, total, codes, scales);
-  CUDA_CHECK_LAUNCH();
 }
 
 void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
@@ -397,7 +395,6 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   if (ids == nullptr && mma::lin8(xq, xs, rows, x_row_div, w, ws, out, in, y, round_out, s)) return;
   launch_pdl(lin8_kernel, warp_grid(out, rows), kWarps * 32, 0, s, xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
-  CUDA_CHECK_LAUNCH();
 }
 
 void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
@@ -411,7 +408,6 @@ void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                       double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   launch_pdl(lin4_kernel, warp_grid(out, rows), kWarps * 32, 0, s, xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
-  CUDA_CHECK_LAUNCH();
 }
 
 void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
@@ -434,8 +430,7 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
     return;
   }
   launch_pdl(dense_kernel, warp_grid(out, rows), kWarps * 32, 0, s, x, x_stride, w, w_bf16, out, in,
-                                                           out_per_group, round_bf16, post_scale, y);
-  CUDA_CHECK_LAUNCH();
+             out_per_group, round_bf16, post_scale, y);
 }
 
 void dense_linear_multi(const float* x, int64_t rows, int64_t in, std::span<const DenseOut> outs, cudaStream_t s) {
@@ -479,7 +474,6 @@ void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, fl
   } else {
     launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows), 256, 0, s, x, w, dim, eps, y);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dsv4::gpu

@@ -7,13 +7,15 @@
 // account (weights + scales + activations in + out). Small kernels (hc_pre, head_rms,
 // rms_norm) run on L2-resident data: µs per call is what matters there.
 // Usage: gpu_linear_bench [replays] [only]: `only` = comma-separated substrings of the shape
-// names to run ("small" = the small-kernel section); all when absent.
+// names to run ("small" = the small-kernel section, "multi" = the fused decode projections); all
+// when absent.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -160,6 +162,35 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
 
+  // ---- the decode step's fused compressor + indexer projections (dense_linear_multi) ---------
+  if (wanted("multi")) {
+    const int64_t in = 4096, outs[5] = {1024, 1024, 256, 256, 64};
+    int64_t rows_total = 0;
+    for (int64_t o : outs) rows_total += o;
+    const int64_t wb = rows_total * in * 2;
+    const int nc = copies_for(double(wb));
+    DeviceBuffer<uint16_t> w(rows_total * in * nc);
+    DeviceBuffer<float> x(Mdecode * in), y(Mdecode * rows_total);
+    fill_random_bf16(w.get(), rows_total * in * nc, 0.05f, 0.0f, 6, nullptr);
+    fill_random_f32(x.get(), Mdecode * in, 1.0f, 0.0f, 7, nullptr);
+    for (int64_t M : Ms) {
+      if (M > Mdecode) continue;
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            DenseOut o[5];
+            int64_t row0 = 0;
+            for (int j = 0; j < 5; ++j) {
+              o[j] = {.w = w.get() + (i % nc) * rows_total * in + row0 * in, .out = outs[j], .y = y.get() + M * row0};
+              row0 += outs[j];
+            }
+            dense_linear_multi(x.get(), M, in, std::span<const DenseOut>(o, 5), s);
+          },
+          replays);
+      report("dense multi", "cmp+idx 1024+1024+256+256+64", M, double(wb) + M * in * 4.0 + M * rows_total * 4.0, t);
+    }
+    std::printf("\n");
+  }
+
   // ---- mHC projections on the split-K small-output kernel (what GpuModel runs for them) -------
   for (const auto& [name, out] : {std::pair<const char*, int64_t>{"hc_mix 24x16384", 24}, {"hc_head_mix 4x16384", 4}}) {
     if (!wanted(name)) continue;
@@ -202,6 +233,21 @@ int main(int argc, char** argv) {
         },
         replays);
     report("small", "hc_pre D=4096", M, M * (hc * D * 4.0 + D * 4.0 + hc * (3 + 2 * hc) * 4.0), t);
+    // hc_pre_norm: the same plus the projection's partials reduced in and the RMSNorm applied.
+    const int64_t parts_n = small_out_linear_workspace(M, Mix, hc * D);
+    DeviceBuffer<double> parts(static_cast<size_t>(parts_n));
+    DeviceBuffer<float> fnw(Mix * hc * D);
+    fill_random_f32(fnw.get(), Mix * hc * D, 0.01f, 0.0f, 14, nullptr);
+    const int64_t chunks = small_out_linear_partials(streams.get(), M, hc * D, fnw.get(), false, Mix, hc * D,
+                                                     parts.get(), parts_n, nullptr);
+    t = time_graph(
+        [&](int, cudaStream_t s) {
+          hc_pre_norm(streams.get(), parts.get(), chunks, M, D, scale.get(), base.get(), HcDeviceParams{}, nw.get(),
+                      xo.get(), post.get(), comb.get(), s);
+        },
+        replays);
+    report("small", "hc_pre_norm D=4096", M,
+           M * (hc * D * 4.0 + D * 4.0 + hc * (3 + 2 * hc) * 4.0) + double(parts_n) * 8 + D * 4.0, t);
     t = time_graph([&](int, cudaStream_t s) { hc_head_finish(streams.get(), mixes.get(), M, D, scale.get(), base.get(), HcDeviceParams{}, xo.get(), s); },
                    replays);
     report("small", "hc_head D=4096", M, M * (hc * D * 4.0 + D * 4.0), t);

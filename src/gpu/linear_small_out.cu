@@ -72,6 +72,23 @@ __device__ __forceinline__ void stage_chunk(T* wdst,
   }
 }
 
+// After a __syncthreads: the chunk value of each (row, output) pair of this CTA,
+// (s0 + s1) + (s2 + s3) of its quarter sums qs [pair = r · out + o][quarter], into
+// partial[(c · rows + r0 + r) · out + o].
+__device__ __forceinline__ void store_chunk_partials(const double* qs,
+                                                     int out,
+                                                     int rg,
+                                                     int64_t c,
+                                                     int64_t rows,
+                                                     int64_t r0,
+                                                     double* __restrict__ partial) {
+  for (int pair = threadIdx.x; pair < out * rg; pair += kThreads) {
+    const int o = pair % out, r = pair / out;
+    const double* qp = qs + pair * kQuarters;
+    partial[(c * rows + r0 + r) * out + o] = (qp[0] + qp[1]) + (qp[2] + qp[3]);
+  }
+}
+
 // partial[(c · rows + r) · out + o] for the rows [r0, r0 + rows_here) of this call. The chunk's
 // weights and x rows are staged as doubles, half a chunk at a time (each value converted once;
 // the chains continue across the halves, so the order is the file comment's). Thread (q, output
@@ -136,11 +153,7 @@ __global__ void __launch_bounds__(kThreads)
         if (ra + a < rg && o0 + b < out) qs[((ra + a) * out + o0 + b) * kQuarters + q] = acc[a][b];
   }
   __syncthreads();
-  for (int pair = threadIdx.x; pair < out * rg; pair += kThreads) {
-    const int o = pair % out, r = pair / out;
-    const double* qp = qs + pair * kQuarters;
-    partial[(c * rows + r0 + r) * out + o] = (qp[0] + qp[1]) + (qp[2] + qp[3]);
-  }
+  store_chunk_partials(qs, out, rg, c, rows, r0, partial);
 }
 
 // The same partials for calls of ≤ kNarrowMaxRows rows (decode): one thread per (row, output,
@@ -183,11 +196,7 @@ __global__ void __launch_bounds__(kThreads)
     qs[pair][q] = acc;
   }
   __syncthreads();
-  for (int pair = threadIdx.x; pair < out * rg; pair += kThreads) {
-    const int o = pair % out, r = pair / out;
-    partial[(c * rows + r0 + r) * out + o] =
-        (qs[pair][0] + qs[pair][1]) + (qs[pair][2] + qs[pair][3]);
-  }
+  store_chunk_partials(&qs[0][0], out, rg, c, rows, r0, partial);
 }
 
 // One warp per (row, output): y[r · out + o] = fp32(Σ chunks) in the order of the file comment.

@@ -296,14 +296,18 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
                base, p, x, post, comb, nullptr, int64_t{0}, nullptr);
   else
     launch_pdl(hc_pre_kernel, static_cast<unsigned>(n), 256, 0, s, streams, mixes_raw, dim, scale, base, p, x, post, comb);
-  CUDA_CHECK_LAUNCH();
+}
+
+bool hc_pre_norm_applies(const HcDeviceParams& p, int64_t dim, const void* streams, const void* x,
+                         const void* norm_w) {
+  return hc_fast_ok(p.hc, dim, streams, x) && (reinterpret_cast<uintptr_t>(norm_w) & 15) == 0;
 }
 
 bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
                  const float* scale, const float* base, const HcDeviceParams& p, const float* norm_w, float* x,
                  float* post, float* comb, cudaStream_t s) {
   if (n == 0) return true;
-  if (!hc_fast_ok(p.hc, dim, streams, x) || (reinterpret_cast<uintptr_t>(norm_w) & 15) != 0) return false;
+  if (!hc_pre_norm_applies(p, dim, streams, x, norm_w)) return false;
   prof::Launch pl("hc_pre", double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(chunks) * n * p.hc * (2 + p.hc) * 8,
                   s, [&] { return std::string("n=") + std::to_string(n) + " dim=" + std::to_string(dim) + " +mix +norm"; });
   launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, nullptr, dim, scale, base, p,
@@ -316,7 +320,6 @@ void hc_post(const float* f, const float* post, const float* comb, int64_t n, in
   if (n == 0) return;
   prof::Launch pl("hc_post", double(n) * dim * 4 + double(n) * hc * dim * 8, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   launch_pdl(hc_post_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, f, post, comb, n, dim, hc, streams);
-  CUDA_CHECK_LAUNCH();
 }
 
 void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
@@ -330,7 +333,6 @@ void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int
                base, p, y, nullptr, nullptr, nullptr, int64_t{0}, nullptr);
   else
     launch_pdl(hc_head_kernel, static_cast<unsigned>(n), 256, 0, s, streams, mixes_raw, dim, scale, base, p, y);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dsv4::gpu

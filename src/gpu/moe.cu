@@ -142,8 +142,7 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
   if (n == 0) return;
   prof::Launch pl("moe_route", double(n) * E * 4 + double(E) * 4 + double(n) * k * 12, s);
   launch_pdl(route_kernel, static_cast<unsigned>(n), 256, 0, s, logits, bias, tid2eid, tokens, n, E, k, route_scale,
-                                                        ids, weights, ids_selection_order);
-  CUDA_CHECK_LAUNCH();
+             ids, weights, ids_selection_order);
 }
 
 void swiglu(const float* g, const float* u, const float* weight, int64_t rows, int64_t inter, float limit,
@@ -151,8 +150,7 @@ void swiglu(const float* g, const float* u, const float* weight, int64_t rows, i
   if (rows == 0) return;
   prof::Launch pl("swiglu", double(rows) * inter * 12, s);
   launch_pdl(swiglu_kernel, static_cast<unsigned>((rows * inter + 255) / 256), 256, 0, s, g, u, weight, rows * inter,
-                                                                                 inter, limit, h);
-  CUDA_CHECK_LAUNCH();
+             inter, limit, h);
 }
 
 void moe_combine(const float* routed, const float* shared, int64_t n, int k, int64_t dim, float* f,
@@ -160,7 +158,6 @@ void moe_combine(const float* routed, const float* shared, int64_t n, int k, int
   if (n == 0) return;
   prof::Launch pl("moe_combine", double(n) * k * dim * 4 + double(n) * dim * 8, s);
   launch_pdl(combine_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, routed, shared, n, k, dim, f, round_out);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dsv4::gpu

@@ -109,6 +109,10 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
 bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
                  const float* scale, const float* base, const HcDeviceParams& p, const float* norm_w, float* x,
                  float* post, float* comb, cudaStream_t s);
+// Whether hc_pre_norm takes these arguments (hc = 4, dim within the fast kernel, 16-byte
+// aligned streams / x / norm_w); row offsets that keep the alignment keep the answer.
+bool hc_pre_norm_applies(const HcDeviceParams& p, int64_t dim, const void* streams, const void* x,
+                         const void* norm_w);
 // X'_j = bf16(post_j·f + Σ_i comb[i][j]·X_i) in place.
 void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
              float* streams, cudaStream_t s);

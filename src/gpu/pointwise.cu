@@ -165,7 +165,6 @@ void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t
   } else {
     launch_pdl(head_rms_kernel, blocks_for(rows, 128), 128, 0, s, x, rows, len, eps);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int64_t pos0,
@@ -174,8 +173,7 @@ void rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, int
   prof::Launch pl(inverse ? "rope (inverse)" : "rope", double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
                   [&] { return std::string("rows=") + std::to_string(rows) + " " + "pairs=" + std::to_string(pairs); });
   launch_pdl(rope_kernel, blocks_for(rows * pairs, 256), 256, 0, s, x, rows, stride, rows_per_pos, pos0, pos_step,
-                                                            table, pairs, inverse);
-  CUDA_CHECK_LAUNCH();
+             table, pairs, inverse);
 }
 
 void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s) {
@@ -183,7 +181,6 @@ void simulate_q8_rows(float* x, int64_t rows, int64_t stride, int len, int block
   if (rows == 0) return;
   prof::Launch pl("simulate_q8", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   launch_pdl(simulate_q_kernel<false>, blocks_for(rows * (len / block), kSimWarps), kSimWarps * 32, 0, s, x, rows, stride, len, block);
-  CUDA_CHECK_LAUNCH();
 }
 
 void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block, cudaStream_t s) {
@@ -191,7 +188,6 @@ void simulate_q4_rows(float* x, int64_t rows, int64_t stride, int len, int block
   if (rows == 0) return;
   prof::Launch pl("simulate_q4", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   launch_pdl(simulate_q_kernel<true>, blocks_for(rows * (len / block), kSimWarps), kSimWarps * 32, 0, s, x, rows, stride, len, block);
-  CUDA_CHECK_LAUNCH();
 }
 
 void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s) {
@@ -199,7 +195,6 @@ void hadamard_rows(float* x, int64_t rows, int len, cudaStream_t s) {
   if (rows == 0) return;
   prof::Launch pl("hadamard", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
   launch_pdl(hadamard_kernel, static_cast<unsigned>(rows), len, len * sizeof(double), s, x, len);
-  CUDA_CHECK_LAUNCH();
 }
 
 void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, int64_t dim,
@@ -207,7 +202,6 @@ void embed_rows(const uint16_t* embed, const int32_t* ids, int64_t n, int hc, in
   if (n == 0) return;
   prof::Launch pl("embed", double(n) * dim * 2 + double(n) * hc * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   launch_pdl(embed_kernel, blocks_for(n * hc * dim, 256), 256, 0, s, embed, ids, n, hc, dim, streams);
-  CUDA_CHECK_LAUNCH();
 }
 
 void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div, float* out,
@@ -215,14 +209,12 @@ void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div,
   if (n == 0) return;
   prof::Launch pl("add_bf16", double(n) * dim * 8 + double(n / b_div) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   launch_pdl(add_bf16_kernel, blocks_for(n * dim, 256), 256, 0, s, a, b, n * dim, dim, b_div, out);
-  CUDA_CHECK_LAUNCH();
 }
 
 void round_bf16_values(float* x, int64_t count, cudaStream_t s) {
   if (count == 0) return;
   prof::Launch pl("round_bf16", double(count) * 8, s);
   launch_pdl(round_bf16_kernel, blocks_for(count, 256), 256, 0, s, x, count);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dsv4::gpu
