@@ -163,6 +163,8 @@ want ttft && run ttft_prefill timeout 300 "$BUILD/dsv4" profile --load-format du
   --tp ${FLASH_TP:-2} --batch 1 --context 8192 --context-fill prefill --steps 2 --warmup 1 --top 30 --no-cupti
 want ttft && run ttft_bench timeout 420 bash -c "$(declare -f wait_healthy flash_bench); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_bench"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
+want kernels && [ -x "$BUILD/src/engine/gpu_sampling_test" ] && run sampling timeout 180 "$BUILD/src/engine/gpu_sampling_test"
+want kernels && [ -x "$BUILD/src/gpu/gpu_sampling_bench" ] && run sampling_bench timeout 60 "$BUILD/src/gpu/gpu_sampling_bench"
 want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_test" ] && run kv_fp8 timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_test"
 want kernels && [ -x "$BUILD/src/gpu/gpu_kv_fp8_bench" ] && run kv_fp8_bench timeout 60 "$BUILD/src/gpu/gpu_kv_fp8_bench"
 want decode && [ -x "$BUILD/src/gpu/gpu_decode_test" ] && run decode timeout 120 "$BUILD/src/gpu/gpu_decode_test"
@@ -178,7 +180,7 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/allreduce_test.log "$OUT"/cupti_test.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/sampling.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/allreduce_test.log "$OUT"/cupti_test.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile_b*.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "^prefill [0-9]" "$OUT"/ttft_prefill.log 2>/dev/null

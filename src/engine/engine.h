@@ -95,7 +95,10 @@ class Engine {
   void step();
   // A step's rows: sample_token (row logits masked and sampled; thread-safe across different
   // sequences) runs for all rows in parallel, then handle_token publishes each in batch order.
-  int32_t sample_token(Sequence& seq, std::span<float> logits, TokenLogprob& lp) const;
+  int32_t sample_token(Sequence& seq, std::span<float> logits, TokenLogprob& lp, const double* u = nullptr) const;
+  // The device draw of a row that samples (runner_->samples_on_device()): takes the draw's
+  // uniform from the sequence's RNG; EOS / stop ids before min_tokens become banned ids.
+  ModelRunner::DrawRequest device_draw(Sequence& seq) const;
   void handle_token(Sequence& seq, int32_t tok, const TokenLogprob& lp);
   void finish(Sequence& seq, FinishReason reason, OutputEvent event, std::string error = {});
   void abort_all(const std::string& why);
@@ -117,6 +120,9 @@ class Engine {
   std::vector<float> logits_;
   std::vector<int32_t> tokens_;        // this step's sampled token per row
   std::vector<TokenLogprob> logprobs_;  // and its logprobs (when requested)
+  std::vector<ModelRunner::DrawRequest> draws_;            // device sampling: per row
+  std::vector<const ModelRunner::DrawRequest*> draw_ptrs_;  // nullptr: the row samples nothing
+  std::vector<ModelRunner::DrawResult> draw_results_;
   int64_t decode_steps_since_log_ = 0;
   int64_t gen_tokens_since_log_ = 0;
   Clock::time_point last_decode_log_ = Clock::now();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,7 +12,8 @@
 
 namespace dsv4::engine {
 
-GpuRunner::GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions options) : model_(std::move(model)) {
+GpuRunner::GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions options)
+    : model_(std::move(model)), device_sampling_(options.device_sampling) {
   DSV4_CHECK(model_ != nullptr, "GpuRunner needs a model");
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<gpu::LayerStateShape> shape = gpu::sequence_state_shape(*model_);
@@ -47,6 +49,8 @@ GpuRunner::GpuRunner(std::unique_ptr<gpu::GpuModel> model, GpuRunnerOptions opti
   log::info(str_cat("sequence slot: ", in.slot_bytes, " bytes, of which ", main_kv,
                     " main KV (window rings + compressed entries, 584-byte FP8 entries) and ", in.slot_bytes - main_kv,
                     " indexer keys + compressor states (fp32)"));
+  log::info(device_sampling_ ? "sampling: decode rows on the GPU (only token ids leave the device)"
+                             : "sampling: on the host (decode logits copied back)");
   if (options.cuda_graph_max_bs > 0) {
     model_->enable_decode_graphs(options.cuda_graph_max_bs);
     const double s = model_->capture_decode_graphs();
@@ -103,10 +107,44 @@ gpu::GpuSequenceState& GpuRunner::state_for(const Item& item) {
   return it->second;
 }
 
-void GpuRunner::forward(std::span<const Item> items, std::span<float> logits_out) {
+void GpuRunner::forward(std::span<const Item> items, std::span<float> logits_out) { run(items, {}, {}, logits_out); }
+
+void GpuRunner::forward_sampled(std::span<const Item> items, std::span<const DrawRequest* const> draws,
+                                std::span<DrawResult> results, std::span<float> logits_out) {
+  DSV4_CHECK(draws.size() == items.size() && results.size() == items.size(), "GpuRunner: ", draws.size(),
+             " draws and ", results.size(), " results for ", items.size(), " items");
+  run(items, draws, results, logits_out);
+}
+
+namespace {
+gpu::SampleParams device_params(const ModelRunner::DrawRequest* d) {
+  gpu::SampleParams p;
+  if (d == nullptr || !d->draw.eligible || d->banned.size() > static_cast<size_t>(gpu::kSampleMaxBanned) ||
+      d->sample_vocab <= 0 || d->top_logprobs > gpu::kSampleMaxTopLogprobs)
+    return p;  // on_device = 0: the host samples this row
+  p.on_device = 1;
+  p.greedy = d->draw.greedy ? 1 : 0;
+  p.sample_vocab = static_cast<int32_t>(std::min<int64_t>(d->sample_vocab, INT32_MAX));
+  p.top_k = d->draw.top_k;
+  p.top_p = d->draw.top_p;
+  p.min_rel = d->draw.min_rel;
+  p.inv_temperature = d->draw.inv_temperature;
+  p.u = d->draw.u;
+  p.logprobs = d->logprobs ? 1 : 0;
+  p.top_logprobs = d->logprobs ? d->top_logprobs : 0;
+  p.num_banned = static_cast<int32_t>(d->banned.size());
+  std::copy(d->banned.begin(), d->banned.end(), p.banned);
+  return p;
+}
+}  // namespace
+
+void GpuRunner::run(std::span<const Item> items, std::span<const DrawRequest* const> draws,
+                    std::span<DrawResult> results, std::span<float> logits_out) {
   const int64_t vocab = vocab_size();
   DSV4_CHECK(static_cast<int64_t>(logits_out.size()) == static_cast<int64_t>(items.size()) * vocab,
              "GpuRunner: logits buffer has ", logits_out.size(), " floats for ", items.size(), " items");
+  const bool sampling = !draws.empty();
+  for (DrawResult& r : results) r.on_device = false;
   std::vector<size_t> decode_items;
   std::vector<gpu::GpuSequenceState*> decode_states;
   std::vector<int32_t> decode_tokens;
@@ -132,16 +170,41 @@ void GpuRunner::forward(std::span<const Item> items, std::span<float> logits_out
     }
   }
   if (decode_items.empty()) return;
-  std::vector<float> logits(decode_items.size() * static_cast<size_t>(vocab));
+  const size_t B = decode_items.size();
+  decode_logits_.resize(B * static_cast<size_t>(vocab));  // kept: no 33 MB allocation per step
+  const std::span<float> logits(decode_logits_);
+  std::vector<gpu::SampleParams> params;
+  std::vector<gpu::SampleResult> sampled;
+  gpu::GpuModel::DecodeSampling ds;
+  if (sampling) {
+    params.resize(B);
+    sampled.resize(B);
+    for (size_t j = 0; j < B; ++j) params[j] = device_params(draws[decode_items[j]]);
+    ds.params = params;
+    ds.results = sampled;
+  }
   try {
-    model_->decode(decode_states, decode_tokens, logits);
+    model_->decode(decode_states, decode_tokens, logits, gpu::GpuModel::DecodeMode::kAuto, sampling ? &ds : nullptr);
   } catch (...) {
     for (size_t j : decode_items) release(items[j].seq);  // half-updated states must not be continued
     throw;
   }
-  for (size_t j = 0; j < decode_items.size(); ++j) {
+  for (size_t j = 0; j < B; ++j) {
+    const size_t i = decode_items[j];
+    if (sampling && params[j].on_device) {
+      DrawResult& r = results[i];
+      const gpu::SampleResult& g = sampled[j];
+      DSV4_CHECK(g.token >= 0 && g.token < vocab, "GpuRunner: device sampler returned token ", g.token);
+      r.on_device = true;
+      r.token = g.token;
+      r.logprob.id = g.token;
+      r.logprob.logprob = g.logprob;
+      r.logprob.top.clear();
+      for (int t = 0; t < g.num_top; ++t) r.logprob.top.emplace_back(g.top_id[t], g.top_logprob[t]);
+      continue;
+    }
     std::copy(logits.begin() + static_cast<int64_t>(j) * vocab, logits.begin() + static_cast<int64_t>(j + 1) * vocab,
-              logits_out.begin() + static_cast<int64_t>(decode_items[j]) * vocab);
+              logits_out.begin() + static_cast<int64_t>(i) * vocab);
   }
 }
 

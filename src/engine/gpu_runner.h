@@ -13,6 +13,7 @@
 // Items of one forward(): the decode items (one token, continuing past the prompt) run as ONE
 // batched GpuModel::decode() (a CUDA-graph replay when graphs are enabled, padded to the next
 // captured batch size); the others (prefill chunks, multi-token steps) one forward() each.
+// forward_sampled() samples the decode rows on the GPU, so only their tokens cross to the host.
 // Compiled only when the CUDA backend is built (DSV4_WITH_CUDA).
 #pragma once
 
@@ -34,6 +35,9 @@ struct GpuRunnerOptions {
   // CUDA graphs for decode batches of up to this many sequences, captured at construction
   // (GpuModel::decode_graph_batch_sizes); 0 = eager decode only.
   int cuda_graph_max_bs = 0;
+  // Decode rows sampled on the GPU (only token ids come back); false: every row's logits are
+  // copied to the host and sampled there (A/B, debugging).
+  bool device_sampling = true;
 };
 
 class GpuRunner : public ModelRunner {
@@ -47,6 +51,11 @@ class GpuRunner : public ModelRunner {
   int64_t max_context() const override { return model_->max_seq_len(); }
   CacheLayout cache_layout() const override;
   void forward(std::span<const Item> items, std::span<float> logits_out) override;
+  // Decode items are sampled on rank 0's GPU (gpu/sampling.h) when their draw is eligible
+  // (no penalties, ≤ gpu::kSampleMaxBanned banned ids); prefill items return logits.
+  bool samples_on_device() const override { return device_sampling_; }
+  void forward_sampled(std::span<const Item> items, std::span<const DrawRequest* const> draws,
+                       std::span<DrawResult> results, std::span<float> logits_out) override;
   void release(SequenceId seq) override;
   std::string name() const override { return "cuda"; }
 
@@ -64,11 +73,16 @@ class GpuRunner : public ModelRunner {
   // recomputation) or continued (checked against start_pos).
   gpu::GpuSequenceState& state_for(const Item& item);
   gpu::GpuSequenceState acquire_all();  // a slot in every rank's pool
+  // forward() and forward_sampled(): draws/results empty = no device sampling.
+  void run(std::span<const Item> items, std::span<const DrawRequest* const> draws, std::span<DrawResult> results,
+           std::span<float> logits_out);
 
   std::unique_ptr<gpu::GpuModel> model_;
   model::StatePlan plan_;
   std::vector<std::unique_ptr<gpu::GpuStatePool>> pools_;  // [tp rank]
   std::unordered_map<SequenceId, gpu::GpuSequenceState> states_;
+  bool device_sampling_ = true;
+  std::vector<float> decode_logits_;  // [decode rows, vocab] host copy of the decode logits
 };
 
 }  // namespace dsv4::engine

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/cache_manager.h"
+#include "engine/sampler.h"
 #include "engine/types.h"
 
 namespace dsv4::engine {
@@ -46,6 +48,31 @@ class ModelRunner {
   // A fresh sequence starts at start_pos 0 with zeroed state. Items of one call name
   // distinct sequences. The result for one item must not depend on the other items.
   virtual void forward(std::span<const Item> items, std::span<float> logits_out) = 0;
+
+  // Device sampling (optional; runners whose logits live on a GPU). A draw per item that
+  // samples (nullptr: the item samples nothing, e.g. a non-final prefill chunk).
+  struct DrawRequest {
+    DeviceDraw draw;
+    int64_t sample_vocab = 0;            // ids >= this are never sampled
+    bool logprobs = false;               // the chosen token's logprob (+ top_logprobs alternatives)
+    int32_t top_logprobs = 0;
+    std::vector<int32_t> banned;         // ids set to −inf first (EOS / stop ids before min_tokens)
+  };
+  struct DrawResult {
+    bool on_device = false;  // false: logits_out row i holds the item's logits; sample on the host
+    int32_t token = -1;
+    TokenLogprob logprob;    // when the request asked for logprobs
+  };
+  virtual bool samples_on_device() const { return false; }
+  // forward() whose rows the runner samples itself where it can: results[i].on_device rows come
+  // back as tokens only (their logits_out rows are left untouched); the other rows as forward()
+  // returns them. Same contract as forward() otherwise; the default samples nothing on a device.
+  virtual void forward_sampled(std::span<const Item> items, std::span<const DrawRequest* const> draws,
+                               std::span<DrawResult> results, std::span<float> logits_out) {
+    (void)draws;
+    forward(items, logits_out);
+    for (DrawResult& r : results) r.on_device = false;
+  }
 
   // Drops any runner-side state of seq (finish, abort, preemption). Idempotent.
   virtual void release(SequenceId seq) = 0;

@@ -45,7 +45,8 @@ std::unique_ptr<ModelRunner> make_gpu_runner(const RunnerOptions& options) {
   return std::make_unique<GpuRunner>(
       std::move(model), GpuRunnerOptions{.max_running_requests = options.max_running_requests,
                                          .mem_fraction_static = options.mem_fraction_static,
-                                         .cuda_graph_max_bs = options.cuda_graph_max_bs});
+                                         .cuda_graph_max_bs = options.cuda_graph_max_bs,
+                                         .device_sampling = options.device_sampling});
 }
 #endif
 

@@ -23,6 +23,7 @@ struct RunnerOptions {
   int tp_size = 1;                  // cuda: tensor-parallel GPUs (devices 0..tp-1, NCCL)
   uint64_t dummy_seed = 1234;
   int cuda_graph_max_bs = 0;        // cuda only: decode CUDA graphs up to this batch (0 = none)
+  bool device_sampling = true;      // cuda only: sample decode rows on the GPU (false: on the host)
 };
 
 // Throws dsv4::Error when the model cannot be loaded or the device is not built in.

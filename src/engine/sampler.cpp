@@ -28,6 +28,19 @@ void Sampler::observe(int32_t token) {
   if (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) ++out_counts_[token];
 }
 
+DeviceDraw Sampler::prepare_device_draw() {
+  DeviceDraw d;
+  d.eligible = params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+               params_.presence_penalty == 0.0f;
+  d.greedy = greedy_params();
+  d.inv_temperature = 1.0 / params_.temperature;
+  d.top_p = params_.top_p;
+  d.min_rel = params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : -std::numeric_limits<float>::infinity();
+  d.top_k = params_.top_k;
+  if (!d.greedy) d.u = next_uniform();
+  return d;
+}
+
 double Sampler::next_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 void Sampler::apply_penalties(std::span<float> logits) const {
@@ -49,7 +62,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 // descending order (ties: smaller id), as a full sort would give, but sorted lazily a block at a
 // time: top_p and the draw stop early on a peaked row, so most rows never sort the vocabulary.
 // p_i = float(exp(rel_i)); the total of every candidate's p_i is summed in candidate order.
-int32_t Sampler::draw(std::span<const float> logits, float max_logit) {
+int32_t Sampler::draw(std::span<const float> logits, float max_logit, double u) {
   const double inv_t = 1.0 / params_.temperature;
   scratch_.clear();
   const float min_rel = params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : kNegInf;
@@ -86,7 +99,7 @@ int32_t Sampler::draw(std::span<const float> logits, float max_logit) {
     }
     total = cum;
   }
-  double u = next_uniform() * total;
+  u *= total;
   for (size_t i = 0; i < keep; ++i) {
     sort_through(i);
     const float p = prob(scratch_[i].first);
@@ -97,7 +110,7 @@ int32_t Sampler::draw(std::span<const float> logits, float max_logit) {
   return scratch_[keep - 1].second;
 }
 
-int32_t Sampler::sample(std::span<float> logits, TokenLogprob* logprob) {
+int32_t Sampler::sample(std::span<float> logits, TokenLogprob* logprob, const double* u) {
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(logits.size()), sample_vocab_);
   DSV4_CHECK(n > 0, "empty logits row");
   for (int64_t i = n; i < static_cast<int64_t>(logits.size()); ++i) logits[i] = kNegInf;
@@ -119,8 +132,8 @@ int32_t Sampler::sample(std::span<float> logits, TokenLogprob* logprob) {
   }
 
   int32_t chosen = argmax;
-  const bool greedy = params_.temperature <= 1e-6f || params_.top_k == 1 || std::isinf(max_logit);
-  if (!greedy) chosen = draw(logits.first(static_cast<size_t>(n)), max_logit);
+  const bool greedy = greedy_params() || std::isinf(max_logit);
+  if (!greedy) chosen = draw(logits.first(static_cast<size_t>(n)), max_logit, u != nullptr ? *u : next_uniform());
 
   if (logprob != nullptr) {
     logprob->id = chosen;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -22,6 +23,17 @@
 
 namespace dsv4::engine {
 
+// One draw handed to a device sampler (GpuRunner; gpu/sampling.h has the same semantics).
+struct DeviceDraw {
+  bool eligible = false;  // false: this request needs host-side state (penalties): sample on the host
+  bool greedy = true;     // temperature ≈ 0 or top_k == 1
+  double inv_temperature = 1.0;
+  float top_p = 1.0f;
+  float min_rel = -std::numeric_limits<float>::infinity();  // float(log(min_p))
+  int32_t top_k = -1;
+  double u = 0.0;  // this draw's uniform, already taken from the request's RNG
+};
+
 class Sampler {
  public:
   // sample_vocab: ids >= this are masked (the tokenizer's range); prompt feeds the
@@ -30,7 +42,14 @@ class Sampler {
           std::span<const int32_t> prompt);
 
   // Samples from `logits` (one row, modified in place). Fills *logprob when non-null.
-  int32_t sample(std::span<float> logits, TokenLogprob* logprob);
+  // u: the draw's uniform when prepare_device_draw() already took it (nullptr: taken here,
+  // only when the draw is not greedy).
+  int32_t sample(std::span<float> logits, TokenLogprob* logprob, const double* u = nullptr);
+
+  // The next draw for a device sampler. Takes one uniform from the RNG unless the parameters
+  // make the draw greedy (as sample() does, except that sample() also skips it for an
+  // all −inf row); when the row is then sampled on the host after all, pass draw.u to sample().
+  DeviceDraw prepare_device_draw();
 
   // Records an emitted output token (for penalties). sample() does not call it.
   void observe(int32_t token);
@@ -38,7 +57,8 @@ class Sampler {
  private:
   void apply_penalties(std::span<float> logits) const;
   // A non-greedy draw from logits (max_logit = their maximum, finite).
-  int32_t draw(std::span<const float> logits, float max_logit);
+  int32_t draw(std::span<const float> logits, float max_logit, double u);
+  bool greedy_params() const { return params_.temperature <= 1e-6f || params_.top_k == 1; }
   double next_uniform();  // [0, 1), 53 random bits
 
   SamplingParams params_;

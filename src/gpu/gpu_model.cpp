@@ -182,7 +182,7 @@ std::vector<float> GpuModel::mtp_forward(GpuSequenceState& state, std::span<cons
 }
 
 void GpuModel::decode(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
-                      std::span<float> logits, DecodeMode mode) {
+                      std::span<float> logits, DecodeMode mode, const DecodeSampling* sampling) {
   DSV4_CHECK(logits.size() == seqs.size() * static_cast<size_t>(config_.vocab_size), "decode: logits buffer has ",
              logits.size(), " floats, needs ", seqs.size() * static_cast<size_t>(config_.vocab_size));
   std::vector<std::vector<GpuSequenceState*>> rank_seqs(peers_.size() + 1);
@@ -192,7 +192,8 @@ void GpuModel::decode(std::span<GpuSequenceState* const> seqs, std::span<const i
     for (size_t r = 0; r < rank_seqs.size(); ++r) rank_seqs[r].push_back(&shard_state(*s, static_cast<int>(r)));
   }
   // Only rank 0's logits are returned; the peers skip their download.
-  on_ranks([&](GpuModel& m, int r) { m.decode_shard(rank_seqs[r], tokens, r == 0 ? logits : std::span<float>(), mode); });
+  on_ranks([&](GpuModel& m, int r) { m.decode_shard(rank_seqs[r], tokens, r == 0 ? logits : std::span<float>(), mode, r == 0 ? sampling : nullptr);
+  });
 }
 
 void GpuModel::enable_decode_graphs(int max_bs) {

@@ -28,6 +28,7 @@
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_weights.h"
 #include "gpu/moe_grouped.h"
+#include "gpu/sampling.h"
 #include "gpu/tp_group.h"
 #include "model/model_config.h"
 
@@ -114,9 +115,16 @@ class GpuModel {
   // when graphs are enabled and B ≤ the largest captured size (capturing that size on first
   // use), padding B to the next captured size with a scratch sequence; otherwise (and with
   // kEager) launches eagerly.
+  // sampling (optional): rows with params[b].on_device are sampled on the GPU (gpu/sampling.h)
+  // and only results[b] comes back; the other rows' logits are copied into `logits` as above
+  // (rows sampled on the device are left untouched there).
   enum class DecodeMode { kAuto, kEager };
+  struct DecodeSampling {
+    std::span<const SampleParams> params;  // [B]
+    std::span<SampleResult> results;       // [B]
+  };
   void decode(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens, std::span<float> logits,
-              DecodeMode mode = DecodeMode::kAuto);
+              DecodeMode mode = DecodeMode::kAuto, const DecodeSampling* sampling = nullptr);
 
   // CUDA graphs for decode: batch sizes decode_graph_batch_sizes(max_bs) (1, 2, 4, 8, 12, 16,
   // 24, 32, then multiples of 8 up to max_bs, and max_bs itself). max_bs ≤ 0 disables them
@@ -154,7 +162,7 @@ class GpuModel {
                                        std::span<const int32_t> next_ids, int64_t start_pos);
   // logits empty: compute but do not download (tensor-parallel peers).
   void decode_shard(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
-                    std::span<float> logits, DecodeMode mode);
+                    std::span<float> logits, DecodeMode mode, const DecodeSampling* sampling = nullptr);
   void enable_decode_graphs_shard(int max_bs);
   double capture_decode_graphs_shard();
   // Runs f(shard, rank) on every tensor-parallel rank (its device and thread; one rank:
@@ -240,6 +248,9 @@ class GpuModel {
   std::shared_ptr<TpGroup> tp_group_;                 // null with one rank
   std::vector<std::unique_ptr<GpuModel>> peers_;      // rank 0 only: ranks 1..tp-1
   DeviceBuffer<float> rope_window_, rope_compress_;  // [max_len, pairs, 2]
+  DeviceBuffer<SampleParams> sample_params_;         // [B] of the last sampled decode
+  DeviceBuffer<SampleResult> sample_results_;
+  DeviceBuffer<float> sample_scratch_;               // [B, vocab] candidates' probabilities
   std::unique_ptr<Workspace> ws_;
   Workspace* active_ws_ = nullptr;  // ws_, or graph_ws_ while a decode graph is captured
   cudaStream_t stream_ = nullptr;

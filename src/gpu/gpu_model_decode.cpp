@@ -150,7 +150,7 @@ GpuModel::DecodeStep GpuModel::stage_decode_inputs(Workspace& ws, std::span<GpuS
 }
 
 void GpuModel::decode_shard(std::span<GpuSequenceState* const> seqs, std::span<const int32_t> tokens,
-                            std::span<float> logits, DecodeMode mode) {
+                            std::span<float> logits, DecodeMode mode, const DecodeSampling* sampling) {
   const int64_t B = static_cast<int64_t>(seqs.size()), V = config_.vocab_size;
   DSV4_CHECK(B > 0 && B <= 65535, "decode needs 1..65535 sequences, got ", B);
   DSV4_CHECK(static_cast<int64_t>(tokens.size()) == B, "decode: ", tokens.size(), " tokens for ", B, " sequences");
@@ -183,7 +183,23 @@ void GpuModel::decode_shard(std::span<GpuSequenceState* const> seqs, std::span<c
     decode_pass(stage_decode_inputs(*ws_, seqs, tokens, B, false));
     dev_logits = ws_->head_logits.get();
   }
-  if (!logits.empty()) {
+  if (sampling != nullptr && !logits.empty()) {
+    DSV4_CHECK(static_cast<int64_t>(sampling->params.size()) == B && static_cast<int64_t>(sampling->results.size()) == B,
+               "decode: sampling needs ", B, " params and results");
+    sample_params_.reserve(static_cast<size_t>(B));
+    sample_results_.reserve(static_cast<size_t>(B));
+    sample_scratch_.reserve(static_cast<size_t>(B * V));
+    CUDA_CHECK(cudaMemcpyAsync(sample_params_.get(), sampling->params.data(), static_cast<size_t>(B) * sizeof(SampleParams),
+                               cudaMemcpyHostToDevice, stream_));
+    sample_rows(dev_logits, B, V, sample_params_.get(), sample_results_.get(), sample_scratch_.get(), stream_);
+    CUDA_CHECK(cudaMemcpyAsync(sampling->results.data(), sample_results_.get(), static_cast<size_t>(B) * sizeof(SampleResult),
+                               cudaMemcpyDeviceToHost, stream_));
+    for (int64_t b = 0; b < B; ++b) {  // rows left to the host sampler
+      if (sampling->params[b].on_device) continue;
+      CUDA_CHECK(cudaMemcpyAsync(logits.data() + b * V, dev_logits + b * V, static_cast<size_t>(V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+    }
+  } else if (!logits.empty()) {
     CUDA_CHECK(cudaMemcpyAsync(logits.data(), dev_logits, static_cast<size_t>(B * V) * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));
   }

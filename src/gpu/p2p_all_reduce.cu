@@ -12,7 +12,7 @@ struct OneShotArgs {
   int64_t count = 0;
   int rank = 0, size = 0;
   bool vec4 = false;  // x is 16-byte aligned: float4 loads and stores
-  float* buffers[P2pAllReduce::kMaxRanks] = {};   // each rank's [2][max_floats]
+  float* buffers[P2pAllReduce::kMaxRanks] = {};   // each rank's receive slots [2][size][max_floats]
   uint32_t* flags[P2pAllReduce::kMaxRanks] = {};  // each rank's [kBlocks][kMaxRanks]
   uint32_t* epochs = nullptr;                     // this rank's [kBlocks]
   int64_t max_floats = 0;
@@ -22,8 +22,8 @@ struct OneShotArgs {
 __device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// Peer data: volatile (= relaxed, system scope) loads, never served from a stale cached copy
-// of the peer's lines (ld.cv is only a cache hint).
+// Received data (written by a peer GPU): volatile (= relaxed, system scope) loads, never served
+// from a stale cached copy of the lines (ld.cv is only a cache hint).
 __device__ __forceinline__ float4 load_peer(const float4* p) {
   float4 v;
   asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   }
   __syncthreads();
   const uint32_t epoch = epoch_s;
-  const int64_t parity_offset = (epoch & 1u) ? a.max_floats : 0;
+  // Receive slots: buffers[r] = [2 parities][size senders][max_floats].
+  const int64_t slot = a.max_floats, parity_offset = (epoch & 1u) ? int64_t(a.size) * slot : 0;
   const int64_t per = ((a.count + P2pAllReduce::kBlocks - 1) / P2pAllReduce::kBlocks + 3) / 4 * 4;
   const int64_t lo = b * per < a.count ? b * per : a.count;
   const int64_t hi = lo + per < a.count ? lo + per : a.count;
@@ -63,17 +64,21 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   // elements another block owns).
   const int64_t tail = hi4 * 4 > lo ? hi4 * 4 : lo;
 
-  float* mine = a.buffers[a.rank] + parity_offset;
-  for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x)
-    reinterpret_cast<float4*>(mine)[i] = reinterpret_cast<const float4*>(a.x)[i];
-  for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) mine[i] = a.x[i];
-  __threadfence_system();  // every writer: its slice part visible to the peers before the flag
+  // 1. Push this rank's slice into every peer's receive slot for this rank (posted NVLink
+  //    stores: no round trip), then announce it with a release store into the peer's flags.
+  for (int peer = 0; peer < a.size; ++peer) {
+    if (peer == a.rank) continue;
+    float* dst = a.buffers[peer] + parity_offset + int64_t(a.rank) * slot;
+    for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x)
+      reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(a.x)[i];
+    for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) dst[i] = a.x[i];
+  }
+  __threadfence_system();  // every writer: its stores visible to the peers before the flag
   __syncthreads();
-
   if (threadIdx.x < a.size && static_cast<int>(threadIdx.x) != a.rank) {
     const int peer = threadIdx.x;
-    __threadfence_system();
     store_release_sys(a.flags[peer] + b * P2pAllReduce::kMaxRanks + a.rank, epoch);
+    // 2. Wait (polling local memory) until the peer's slice for this call has arrived here.
     const uint32_t* mine_flag = a.flags[a.rank] + b * P2pAllReduce::kMaxRanks + peer;
     // >= (wrap-safe): the peer may already have announced the next call.
     for (uint32_t spins = 0; static_cast<int32_t>(load_acquire_sys(mine_flag) - epoch) < 0; ++spins) {
@@ -82,11 +87,13 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   }
   __syncthreads();
 
+  // 3. Sum over ranks 0..n−1 in order from local memory (own x, received slots).
+  const float* recv = a.buffers[a.rank] + parity_offset;
   for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int r = 0; r < a.size; ++r) {
       const float4 v = r == a.rank ? reinterpret_cast<const float4*>(a.x)[i]
-                                   : load_peer(reinterpret_cast<const float4*>(a.buffers[r] + parity_offset) + i);
+                                   : load_peer(reinterpret_cast<const float4*>(recv + int64_t(r) * slot) + i);
       if (r == 0) {
         s = v;
       } else {
@@ -98,7 +105,7 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) {
     float s = 0.f;
     for (int r = 0; r < a.size; ++r) {
-      const float v = r == a.rank ? a.x[i] : load_peer(a.buffers[r] + parity_offset + i);
+      const float v = r == a.rank ? a.x[i] : load_peer(recv + int64_t(r) * slot + i);
       s = r == 0 ? v : s + v;
     }
     a.x[i] = s;
@@ -149,7 +156,7 @@ P2pAllReduce::P2pAllReduce(int size, int64_t max_floats) : size_(size), max_floa
       }
     }
     Rank& k = ranks_[r];
-    CUDA_CHECK(cudaMalloc(&k.buffers, sizeof(float) * 2 * static_cast<size_t>(max_floats)));
+    CUDA_CHECK(cudaMalloc(&k.buffers, sizeof(float) * 2 * static_cast<size_t>(size) * static_cast<size_t>(max_floats)));
     CUDA_CHECK(cudaMalloc(&k.flags, sizeof(uint32_t) * kBlocks * kMaxRanks));
     CUDA_CHECK(cudaMalloc(&k.epochs, sizeof(uint32_t) * kBlocks));
     CUDA_CHECK(cudaMemset(k.flags, 0, sizeof(uint32_t) * kBlocks * kMaxRanks));

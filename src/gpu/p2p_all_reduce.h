@@ -1,22 +1,26 @@
-// One-shot all-reduce over peer-to-peer loads between the GPUs of one process (issue 8): the
+// One-shot all-reduce over peer-to-peer stores between the GPUs of one process (issue 8): the
 // decode-sized tensor-parallel sums (a [rows, 4096] fp32 partial: 16 KiB at batch 1, 1 MiB at
-// batch 64) without NCCL's protocol. Opt-in (TpGroup, DSV4_TP_ALLREDUCE=p2p): on 2×H200 it
-// measured 6.9 / 6.9 / 8.9 / 15.0 µs at 1 / 8 / 16 / 64 rows against NCCL 2.28's 6.6 / 7.1 /
-// 8.2 / 13.1 µs (p2p_all_reduce_bench, CUDA graphs), faster only at 128 rows (22.6 vs 27.6). NVLink multicast is not used (switched off on our
-// machines); each rank reads the others' buffers directly.
+// batch 64) without NCCL's protocol. NVLink multicast is not used (switched off on our
+// machines). Round 1 (pull: each rank read the peers' buffers after a flag barrier) measured no
+// faster than NCCL 2.28 on 2×H200 (6.9 vs 6.6 µs at 1 row); round 2 pushes instead, so nothing
+// waits on a remote read: 6.65 / 6.91 / 7.62 / 12.45 / 18.79 µs at 1 / 8 / 16 / 64 / 128 rows
+// against NCCL's 6.67 / 7.10 / 8.09 / 13.23 / 27.46 (p2p_all_reduce_bench, CUDA graphs,
+// 2026-11-30) — equal at one row, so the per-call floor is not the data movement. Still opt-in
+// (TpGroup, DSV4_TP_ALLREDUCE=p2p).
 //
 // One kernel per rank and call, a fixed grid of kBlocks blocks; block b owns the same slice of x
 // on every rank:
-//   1. copies its slice of x into this rank's registered buffer (double-buffered by call parity),
-//   2. meets block b of every other rank at a flag barrier (epoch stores into the peers' flag
-//      arrays with release semantics, acquire loads of its own; system scope),
-//   3. sums the slice over ranks 0, 1, …, n−1 in that order (first term not added to 0), so
-//      every rank ends with identical bits; for 2 ranks this is a + b like NCCL.
+//   1. stores its slice of x into every peer's receive slot for this rank (double-buffered by
+//      call parity) and announces it with a release store of the call's epoch into the peer's
+//      flag array (system scope);
+//   2. polls its own flag array (local memory, acquire) until every peer announced the call;
+//   3. sums the slice over ranks 0, 1, …, n−1 in that order from local memory (first term not
+//      added to 0), so every rank ends with identical bits; for 2 ranks this is a + b like NCCL.
 // Epochs are counted on the device (one counter per block), so the kernel is CUDA-graph
 // capturable and replays need no host input. Why double buffering suffices: a rank starts call
-// k+2 (overwriting the buffer of call k) only after its call k+1 kernel finished, and that
-// kernel's barrier waited for every peer block to arrive at call k+1, i.e. to finish reading
-// call k's buffers.
+// k+2 (overwriting its slots of call k in the peers' buffers) only after its call k+1 kernel
+// finished, and that kernel waited for every peer block to announce call k+1, i.e. to have
+// finished call k, including reading the slots of call k.
 // Failure: abort() (host) raises a flag in mapped host memory that the barrier polls, so a rank
 // spinning for a peer that died returns (with garbage); the caller then treats the group as
 // unusable, as after an NCCL abort.
@@ -40,8 +44,9 @@ class P2pAllReduce {
   // True when every pair of devices 0..size-1 can access each other's memory (and size >= 2).
   static bool supported(int size);
 
-  // Enables peer access between devices 0..size-1 and allocates, on each, two buffers of
-  // max_floats floats, the flag array and the epoch counters; restores the current device.
+  // Enables peer access between devices 0..size-1 and allocates, on each, the receive slots
+  // (2 × size × max_floats floats), the flag array and the epoch counters; restores the current
+  // device.
   P2pAllReduce(int size, int64_t max_floats);
   ~P2pAllReduce();
   P2pAllReduce(const P2pAllReduce&) = delete;
@@ -59,7 +64,7 @@ class P2pAllReduce {
   int size_ = 0;
   int64_t max_floats_ = 0;
   struct Rank {
-    float* buffers = nullptr;    // [2][max_floats]
+    float* buffers = nullptr;    // receive slots [2][size][max_floats] (sender r writes slot r)
     uint32_t* flags = nullptr;   // [kBlocks][kMaxRanks]: epoch last announced by rank j
     uint32_t* epochs = nullptr;  // [kBlocks]: calls made by this rank
   };
