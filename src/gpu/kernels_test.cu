@@ -12,6 +12,7 @@
 #include "cpu/mhc.h"
 #include "gpu/cuda_check.h"
 #include "gpu/kv_fp8.h"
+#include "gpu/linear_mma.h"
 #include "gpu/ops.h"
 #include "model/make_tiny.h"
 #include "numerics/formats.h"
@@ -213,6 +214,57 @@ TEST(LinearBatchInvarianceTest, RowsDoNotDependOnTheCall) {
       const auto gg = sg.download();
       EXPECT_EQ(0, std::memcmp(gg.data(), fullg.data() + first * out, n * out * sizeof(float))) << "grouped " << first << "+" << n;
     }
+  }
+}
+
+// Every tile configuration of the tensor-core kernels (linear_mma.h force_tile) gives the same
+// bits as the one chosen by rows: lin8, dense with bf16-valued and with fp32 activations (the lo
+// half), grouped dense (wo_a) and dense_linear_multi, at row counts with partial n-fragments and
+// out with partial m-tiles.
+TEST(LinearBatchInvarianceTest, EveryTileGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const int64_t out = 1040, in = 1024, G = 4, gout = 1024, opg = gout / G;
+  Fp8Case c(out, in, 91);
+  std::vector<uint16_t> bits;
+  for (float v : random_bf16(out * in, 0.05f, 92)) bits.push_back(numerics::float_to_bf16_bits(v));
+  auto dw = to_device(c.codes), ds = to_device(c.sc);
+  auto dwb = to_device(bits);
+  for (const int64_t rows : {3, 13, 70}) {
+    const auto xb = random_bf16(rows * G * in, 1.0f, 93 + rows);
+    std::vector<float> xf(rows * in);
+    std::mt19937_64 rng(94);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (float& v : xf) v = d(rng);  // full fp32 mantissas: the lo MMAs run
+    auto dxb = to_device(xb), dxf = to_device(xf);
+    DeviceBuffer<uint8_t> q(rows * in);
+    DeviceBuffer<float> qs(rows * in / 128);
+    quantize_q8_rows(dxb.get(), rows, in, q.get(), qs.get(), nullptr);
+    // One result per call kind: lin8, dense bf16 x, dense fp32 x, grouped, multi (two outputs).
+    auto run_all = [&]() {
+      std::vector<DeviceBuffer<float>> y;
+      for (int64_t n : {out, out, out, gout, out, int64_t{200}}) y.emplace_back(rows * n);
+      lin8(q.get(), qs.get(), rows, 1, dw.get(), ds.get(), out, in, nullptr, y[0].get(), nullptr, false);
+      dense_linear(dxb.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, y[1].get(), nullptr);
+      dense_linear(dxf.get(), rows, in, dwb.get(), true, out, in, 0, false, 0.0f, y[2].get(), nullptr);
+      dense_linear(dxb.get(), rows, G * in, dwb.get(), true, gout, in, opg, true, 0.0f, y[3].get(), nullptr);
+      const DenseOut outs[2] = {{.w = dwb.get(), .out = out, .y = y[4].get()},
+                                {.w = dwb.get() + 100 * in, .out = 200, .y = y[5].get(), .round_bf16 = true,
+                                 .post_scale = 0.25f}};
+      dense_linear_multi(dxf.get(), rows, in, std::span<const DenseOut>(outs, 2), nullptr);
+      std::vector<std::vector<float>> h;
+      for (auto& b : y) h.push_back(b.download());
+      return h;
+    };
+    mma::force_tile(-1);
+    const auto want = run_all();
+    for (int t = 0; t < mma::tile_count(); ++t) {
+      mma::force_tile(t);
+      const auto got = run_all();
+      for (size_t k = 0; k < want.size(); ++k)
+        EXPECT_EQ(0, std::memcmp(got[k].data(), want[k].data(), want[k].size() * sizeof(float)))
+            << "rows " << rows << " tile " << t << " call " << k;
+    }
+    mma::force_tile(-1);
   }
 }
 

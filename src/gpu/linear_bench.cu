@@ -8,7 +8,9 @@
 // rms_norm) run on L2-resident data: µs per call is what matters there.
 // Usage: gpu_linear_bench [replays] [only]: `only` = comma-separated substrings of the shape
 // names to run ("small" = the small-kernel section, "multi" = the fused decode projections); all
-// when absent.
+// when absent. Environment: DSV4_BENCH_MS = comma-separated row counts (instead of 1, 8, 16, 64,
+// 512, 4096); DSV4_MMA_TILE = i runs every tensor-core linear on tile configuration i
+// (linear_mma.h force_tile; same bits, other speed).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/linear_mma.h"
 #include "gpu/ops.h"
 
 using namespace dsv4::gpu;
@@ -94,7 +97,21 @@ int main(int argc, char** argv) {
     std::printf("HBM read probe: %.1f GB, median %.3f ms, %.1f GB/s\n\n", probe / 1e9, probe / g_hbm * 1e3, g_hbm / 1e9);
   }
   // Decode rows (weights streamed once: µs, GB/s, % HBM) and prefill rows (also TFLOP/s).
-  const int64_t Ms[] = {1, 8, 16, 64, 512, 4096};
+  std::vector<int64_t> Ms = {1, 8, 16, 64, 512, 4096};
+  if (const char* e = std::getenv("DSV4_BENCH_MS")) {
+    Ms.clear();
+    for (const char* p = e; *p;) {
+      char* end = nullptr;
+      const long long v = std::strtoll(p, &end, 10);
+      if (end == p) break;
+      if (v > 0 && v <= 4096) Ms.push_back(v);
+      p = *end ? end + 1 : end;
+    }
+  }
+  if (const char* e = std::getenv("DSV4_MMA_TILE")) {
+    mma::force_tile(std::atoi(e));
+    std::printf("tensor-core linears forced to tile %d of %d\n", std::atoi(e), mma::tile_count());
+  }
   const int64_t Mdecode = 64, Mmax = 4096;
   auto flops_of = [](int64_t M, int64_t out, int64_t in) { return M > Mdecode ? 2.0 * M * out * in : 0.0; };
 

@@ -85,14 +85,19 @@ __device__ __forceinline__ uint32_t word(const uint4* v, int q) {
 }
 
 // MT m-tiles (16 output rows each) × NF n-fragments (8 input rows each) per CTA; KU K blocks per
-// warp loaded before any is consumed (bytes in flight for decode sizes).
-template <Wt WT, int MT, int NF, int KU>
-__global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
+// warp loaded before any is consumed (bytes in flight for decode sizes); MINB CTAs per SM (the
+// register cap). Dense (except the 16 × 8 tile, which keeps one x load per k16 step): fragment
+// outer, the fragment's x loaded once per block, XA: the next fragment's x loaded while this one
+// computes. lin8 ignores XA.
+template <Wt WT, int MT, int NF, int KU, int MINB, bool XA>
+__global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
   pdl_wait();
   pdl_trigger();
   constexpr int ES = WT == Wt::kFp8 ? 1 : 2;     // weight bytes per value
   constexpr int AV = WT == Wt::kFp8 ? 2 : 4;     // 16-byte vectors per row per lane per block
-  __shared__ float red[kWarps][NF * 8][MT * 16];
+  // Cross-warp sums in passes of NP n-fragments (static shared memory stays ≤ 32 KB).
+  constexpr int NP = MT * NF > 8 ? 8 / MT : NF;
+  __shared__ float red[kWarps][NP * 8][MT * 16];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * (NF * 8);
   int64_t by = blockIdx.y;
@@ -144,6 +149,10 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
       xb[nf] = static_cast<const float*>(a.x) + r * a.x_stride + grp * a.in + 32 * t;
     }
   }
+
+  bool nf_on[NF];  // warp-uniform: fragment nf holds at least one real row (dense skips the others)
+#pragma unroll
+  for (int nf = 0; nf < NF; ++nf) nf_on[nf] = n0 + nf * 8 < a.rows;
 
   float acc[MT][NF][4] = {};
 
@@ -208,30 +217,56 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
           for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][nf][e] = acc[mt][nf][e] + part[mt][nf][e] * (sx[nf][e & 1] * sw[mt]);
-      } else {
+      } else if (MT == 1 && NF == 1 && !XA) {
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
-          uint32_t af[MT][4];
+          const float4 v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[0]) + kb * 128) + s);
+          const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
+          const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
+          const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
+          // bf16-valued activations (every model call) have lo == +0 exactly: that MMA would add
+          // exact zeros to the accumulator, so the warp skips it (same bits, half the MMAs).
+          const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);
+          const uint32_t af[4] = {word(av[u][0][0], 2 * s), word(av[u][0][1], 2 * s), word(av[u][0][0], 2 * s + 1),
+                                  word(av[u][0][1], 2 * s + 1)};
+          mma_bf16(acc[0][0], af, h0, h1);
+          if (lo) mma_bf16(acc[0][0], af, l0, l1);
+        }
+      } else {
+        // nf outer, k16 steps inner: each accumulator still sees steps s = 0..7 of each block in
+        // order (the same MMA sequence per element); the fragment's eight float4 of x are loaded
+        // together, one L2 round trip per block instead of one per step (XA: the next fragment's
+        // while this one computes).
+        constexpr bool kPrefetch = XA && NF > 1;
+        float4 xr2[kPrefetch ? 2 : 1][8];
+        auto load_x = [&](int nf, float4 (&dst)[8]) {
+          const float4* xp = reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            af[mt][0] = word(av[u][mt][0], 2 * s);
-            af[mt][1] = word(av[u][mt][1], 2 * s);
-            af[mt][2] = word(av[u][mt][0], 2 * s + 1);
-            af[mt][3] = word(av[u][mt][1], 2 * s + 1);
+          for (int s = 0; s < 8; ++s) dst[s] = __ldg(xp + s);
+        };
+        if (kPrefetch) load_x(0, xr2[0]);  // fragment 0 always holds a row
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+          if (!nf_on[nf]) continue;  // warp-uniform
+          if (kPrefetch) {
+            if (nf + 1 < NF && nf_on[nf + 1]) load_x(nf + 1, xr2[(nf + 1) & 1]);
+          } else {
+            load_x(nf, xr2[0]);
           }
+          const float4(&xr)[8] = xr2[kPrefetch ? nf & 1 : 0];
 #pragma unroll
-          for (int nf = 0; nf < NF; ++nf) {
-            const float4 v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + s);
+          for (int s = 0; s < 8; ++s) {
+            const float4 v = xr[s];
             const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
             const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
             const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
-            // bf16-valued activations (every model call) have lo == +0 exactly: that MMA would add
-            // exact zeros to the accumulator, so the warp skips it (same bits, half the MMAs).
-            const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);
+            const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);  // as above
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              mma_bf16(acc[mt][nf], af[mt], h0, h1);
-              if (lo) mma_bf16(acc[mt][nf], af[mt], l0, l1);
+              const uint32_t af[4] = {word(av[u][mt][0], 2 * s), word(av[u][mt][1], 2 * s),
+                                      word(av[u][mt][0], 2 * s + 1), word(av[u][mt][1], 2 * s + 1)};
+              mma_bf16(acc[mt][nf], af, h0, h1);
+              if (lo) mma_bf16(acc[mt][nf], af, l0, l1);
             }
           }
         }
@@ -241,35 +276,39 @@ __global__ void __launch_bounds__(kWarps * 32) mma_linear_kernel(Args a) {
 
   // D fragment: e = 0,1 → (row g, cols 2t, 2t+1); e = 2,3 → row g + 8.
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int p0 = 0; p0 < NF; p0 += NP) {
+    if (p0 > 0) __syncthreads();  // the previous pass has read red
 #pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) red[warp][nf * 8 + 2 * t + (e & 1)][mt * 16 + g + 8 * (e >> 1)] = acc[mt][nf][e];
-  __syncthreads();
-  for (int i = threadIdx.x; i < MT * 16 * NF * 8; i += kWarps * 32) {
-    const int ol = i % (MT * 16), nl = i / (MT * 16);
-    const int64_t o = o0 + ol, r = n0 + nl;
-    if (o >= o_end || r >= a.rows) continue;
-    float v;
-    if (WT == Wt::kFp8) {
-      float sum = red[0][nl][ol];
+      for (int j = 0; j < NP; ++j)
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) sum = sum + red[w][nl][ol];
-      v = a.round ? round_bf16(sum) : sum;
-    } else {
-      double sum = red[0][nl][ol];
+        for (int e = 0; e < 4; ++e) red[warp][j * 8 + 2 * t + (e & 1)][mt * 16 + g + 8 * (e >> 1)] = acc[mt][p0 + j][e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < MT * 16 * NP * 8; i += kWarps * 32) {
+      const int ol = i % (MT * 16), nl = i / (MT * 16);
+      const int64_t o = o0 + ol, r = n0 + p0 * 8 + nl;
+      if (o >= o_end || r >= a.rows) continue;
+      float v;
+      if (WT == Wt::kFp8) {
+        float sum = red[0][nl][ol];
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) sum += double(red[w][nl][ol]);
-      v = float(sum);
-      if (a.round) v = round_bf16(v);
-      if (a.post_scale != 0.0f) v = round_bf16(v * a.post_scale);
+        for (int w = 1; w < kWarps; ++w) sum = sum + red[w][nl][ol];
+        v = a.round ? round_bf16(sum) : sum;
+      } else {
+        double sum = red[0][nl][ol];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) sum += double(red[w][nl][ol]);
+        v = float(sum);
+        if (a.round) v = round_bf16(v);
+        if (a.post_scale != 0.0f) v = round_bf16(v * a.post_scale);
+      }
+      a.y[r * a.out + o] = v;
     }
-    a.y[r * a.out + o] = v;
   }
 }
 
-template <Wt WT, int MT, int NF, int KU>
+template <Wt WT, int MT, int NF, int KU, int MINB, bool XA = false>
 bool launch(Args a, cudaStream_t s) {
   a.tiles_per_group = (a.opg + MT * 16 - 1) / (MT * 16);
   int64_t gy = (a.out / a.opg) * a.tiles_per_group;
@@ -282,18 +321,85 @@ bool launch(Args a, cudaStream_t s) {
   }
   const int64_t gx = (a.rows + NF * 8 - 1) / (NF * 8);
   if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
-  launch_pdl(mma_linear_kernel<WT, MT, NF, KU>, dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s, a);
+  auto* kernel = mma_linear_kernel<WT, MT, NF, KU, MINB, XA>;
+  launch_pdl(kernel, dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s, a);
   return true;
 }
 
-// Tile choice (any choice gives the same bits): M ≤ 16 streams the weights once with two K blocks
-// per warp in flight; larger M takes 32×32 tiles (x re-read out/32 times from L2).
+// The tile configurations (index = force_tile's argument). Any of them gives the same bits.
+struct Tile {
+  int mt, nf, ku, minb;
+  bool xa;  // dense: next fragment's x ahead (lin8 ignores it)
+};
+constexpr Tile kTiles[] = {{1, 1, 2, 2, false}, {1, 2, 2, 2, false}, {1, 2, 1, 2, false}, {1, 4, 1, 2, false},
+                           {2, 4, 1, 1, false}, {2, 2, 1, 2, false}, {1, 4, 2, 1, false}, {4, 2, 1, 1, false},
+                           {2, 8, 1, 1, true},  {2, 4, 1, 1, true},  {4, 2, 1, 1, true},  {2, 1, 2, 1, false}};
+constexpr int kNumTiles = sizeof(kTiles) / sizeof(kTiles[0]);
+int g_forced_tile = -1;
+
+template <Wt WT>
+bool launch_tile(int i, const Args& a, cudaStream_t s) {
+  constexpr bool X = WT == Wt::kBf16;  // lin8 has no XA variant: one instantiation
+  switch (i) {
+    case 0: return launch<WT, 1, 1, 2, 2>(a, s);
+    case 1: return launch<WT, 1, 2, 2, 2>(a, s);
+    case 2: return launch<WT, 1, 2, 1, 2>(a, s);
+    case 3: return launch<WT, 1, 4, 1, 2>(a, s);
+    case 4: return launch<WT, 2, 4, 1, 1>(a, s);
+    case 5: return launch<WT, 2, 2, 1, 2>(a, s);
+    case 6: return launch<WT, 1, 4, 2, 1>(a, s);
+    case 7: return launch<WT, 4, 2, 1, 1>(a, s);
+    case 8: return launch<WT, 2, 8, 1, 1, X>(a, s);
+    case 9: return launch<WT, 2, 4, 1, 1, X>(a, s);
+    case 10: return launch<WT, 4, 2, 1, 1, X>(a, s);
+    default: return launch<WT, 2, 1, 2, 1>(a, s);
+  }
+}
+
+// A tile of MT·16 output rows must not straddle a group of a grouped call (segments and
+// ungrouped calls clamp partial tiles to their own end).
+bool tile_fits(const Tile& t, const Args& a) { return a.nseg > 0 || a.opg == a.out || a.opg % (t.mt * 16) == 0; }
+
+// CTAs a tile launches for the call.
+int64_t ctas(const Tile& t, const Args& a) {
+  const int64_t h = t.mt * 16;
+  int64_t gy = (a.out / a.opg) * ((a.opg + h - 1) / h);
+  if (a.nseg > 0) {
+    gy = 0;
+    for (int j = 0; j < a.nseg; ++j) gy += (a.seg[j].out + h - 1) / h;
+  }
+  return gy * ((a.rows + t.nf * 8 - 1) / (t.nf * 8));
+}
+
+// Tile choice (any choice gives the same bits; docs/decode-linears.md, round 4, has the sweep it
+// comes from). Decode sizes take the first tile of a preference list (most reuse of each loaded
+// weight and x fragment first) that launches enough CTAs, else the one launching the most.
+// Prefill: 32 × 32 tiles (lin8; dense above 512 rows), 64 × 16 (dense, 65..512 rows).
+template <Wt WT>
+int choose_tile(const Args& a) {
+  if (a.rows > 64) {
+    if (WT == Wt::kBf16 && a.rows <= 512 && tile_fits(kTiles[7], a)) return 7;
+    return tile_fits(kTiles[4], a) ? 4 : 3;
+  }
+  if (WT == Wt::kFp8 && a.rows <= 8) return 0;
+  static constexpr int kLin8[] = {5, 2, 0}, kDense[] = {7, 9, 5, 2, 0};
+  const int* order = WT == Wt::kBf16 ? kDense : kLin8;
+  const int n = WT == Wt::kBf16 ? 5 : 3;
+  const int64_t enough = WT == Wt::kBf16 ? 80 : 192;
+  int best = -1;
+  for (int j = 0; j < n; ++j) {
+    const Tile& t = kTiles[order[j]];
+    if (!tile_fits(t, a)) continue;
+    if (ctas(t, a) >= enough) return order[j];
+    if (best < 0 || ctas(t, a) >= ctas(kTiles[best], a)) best = order[j];
+  }
+  return best;
+}
+
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
-  if (a.rows <= 8) return launch<WT, 1, 1, 2>(a, s);
-  if (a.rows <= 16) return launch<WT, 1, 2, 2>(a, s);
-  if (a.rows <= 32 || a.opg % 32 != 0) return launch<WT, 1, 4, 1>(a, s);
-  return launch<WT, 2, 4, 1>(a, s);
+  if (g_forced_tile >= 0 && tile_fits(kTiles[g_forced_tile], a)) return launch_tile<WT>(g_forced_tile, a, s);
+  return launch_tile<WT>(choose_tile<WT>(a), a, s);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -331,11 +437,10 @@ bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegme
     a.seg[j] = {.w = segs[j].w, .out = segs[j].out, .tile0 = 0, .y = segs[j].y, .round = segs[j].round_bf16,
                 .post_scale = segs[j].post_scale};
   }
-  // The 32-row tiles of the largest M take 16-row-aligned segments only (as dense_bf16's opg rule).
-  if (rows > 32)
-    for (int j = 0; j < nseg; ++j)
-      if (segs[j].out % 32 != 0) return launch<Wt::kBf16, 1, 4, 1>(a, s);
   return dispatch<Wt::kBf16>(a, s);
 }
+
+int tile_count() { return kNumTiles; }
+void force_tile(int i) { g_forced_tile = i >= 0 && i < kNumTiles ? i : -1; }
 
 }  // namespace dsv4::gpu::mma

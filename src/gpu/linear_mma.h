@@ -40,4 +40,10 @@ struct DenseSegment {
 };
 bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegment* segs, int nseg, cudaStream_t s);
 
+// Tests and benchmarks: run every later call on tile configuration i (0 .. tile_count() − 1;
+// a tile that does not fit a grouped call falls back to the default), −1 = choose by rows again.
+// Every tile gives the same bits. Not thread-safe; not for the model.
+int tile_count();
+void force_tile(int i);
+
 }  // namespace dsv4::gpu::mma
