@@ -3,24 +3,31 @@
 // MMA tiles run; the head sum covers the real heads only. k < 512: the same selection with the
 // threshold at the k-th key (the 512-slot sort is unchanged; empty slots sort last).
 //
-// Design. Kernel 1 (scores): grid (ceil(max_visible/256), rows), 256 threads; each warp owns 32
-// keys. The row's q (64 × 128 bf16) is staged in smem once per CTA; the warp cp.asyncs its
-// 32 keys (8 KB) into smem and computes the 32 keys × 64 heads dots with mma.sync m16n8k16
+// Design. Kernel 1 (scores): grid (min(ceil(max_visible/256), floor(SMs/rows)), rows), 256
+// threads, one CTA per SM; a CTA loops over 256-key blocks (x, x + gridDim.x, ...), each warp
+// owning 32 keys of a block, with the next block's keys prefetched (cp.async, two smem stages)
+// while the current one is computed. The row's q (64 × 128 bf16) is staged in smem once per
+// CTA; the warp cp.asyncs its 32 keys (8 KB) into smem and computes the 32 keys × 64 heads dots with mma.sync m16n8k16
 // (A = keys, B = qᵀ, k = 128, fp32 accumulate; FP4-simulated operands make these sums exact
-// in practice). The per-head terms bf16(ω_h · relu(bf16(dot))) go to a per-warp fp32 tile
-// [32 keys][65] that reuses the warp's key buffer, and lane i sums key i's 64 terms in head
-// order (the CPU's fp32 order), rounds to bf16 and stores an order-preserving 16-bit key. The
-// CTA also adds a 256-bin histogram of the keys' high bytes into a per-row global histogram.
+// in practice). The per-head terms bf16(ω_h · relu(bf16(dot))) are summed in registers where
+// the MMA left them: each lane adds its 16 heads of a key in head order, then the lane quad
+// adds its 4 partials (a fixed tree; the CPU adds in head order: equal whenever the fp32 sum
+// is exact, which FP4-simulated operands make the rule — tested ≤ 0.1% keys differing), the
+// total is rounded to bf16 and stored as an order-preserving 16-bit key. The CTA also adds a 256-bin histogram of the keys' high bytes into a per-row global histogram.
 // Kernel 2 (select): one CTA of 1024 threads per row. From the high-byte histogram it finds the
 // bin holding the k-th largest key (a block scan over the 256 bins, threshold_bin), a second
 // pass histograms the low bytes inside that bin, giving the exact threshold key T and the number of ties at T to take. A third pass, in id
 // order (thread i owns the i-th contiguous id range), takes every key > T and the lowest-id
 // ties (block-wide exclusive scan of per-thread tie counts), then a bitonic sort orders the
 // 512 picks by (score desc, id asc) = cpu::select_topk.
+// Both kernels are PDL-launched (pdl.cuh: they wait for their predecessor before any read).
 // Bytes: 256 B per key read once; scores 2 B written once and read three times (L2-resident;\n// each select thread scans a contiguous id range with 16-byte loads).
+#include <algorithm>
+
 #include "base/check.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
+#include "gpu/pdl.cuh"
 #include "gpu/sm90_indexer_topk.h"
 #include "gpu/sm90_sparse_decode.cuh"
 
@@ -31,16 +38,14 @@ constexpr int kScoreThreads = 256;
 constexpr int kKeysPerWarp = 32;
 constexpr int kKeysPerCta = kScoreThreads / 32 * kKeysPerWarp;  // 256
 constexpr int kRowS = kIndexDim + 8;  // bf16 row stride (272 B: conflict-free ldmatrix)
-constexpr int kVS = kIndexHeads + 1;  // fp32 stride of the per-warp term tile
 constexpr int kSelectThreads = 1024;
 
 struct ScoreSmem {
   __nv_bfloat16 q[kIndexHeads * kRowS];
-  __nv_bfloat16 k[kKeysPerCta * kRowS];  // per warp: 32 rows, later the [32][65] fp32 terms
+  __nv_bfloat16 k[2][kKeysPerCta * kRowS];  // 2 stages; per warp 32 key rows
   float w[kIndexHeads];
   uint32_t hist[256];
 };
-static_assert(kKeysPerWarp * kVS * 4 <= kKeysPerWarp * kRowS * 2, "term tile must fit");
 
 size_t keys_bytes(int rows, int max_visible) {
   return (size_t(rows) * size_t(indexer_score_stride(max_visible)) * 2 + 255) / 256 * 256;
@@ -50,36 +55,11 @@ __device__ __forceinline__ int row_visible(const IndexerArgs& a, int r) {
   return a.visible != nullptr ? a.visible[r] : (a.pos[r] + 1) / a.ratio;
 }
 
-__global__ void __launch_bounds__(kScoreThreads)
-    score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
-                 uint32_t* __restrict__ hist_out) {
-  extern __shared__ __align__(128) uint8_t smem_raw[];
-  ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
-  const int r = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int visible = row_visible(a, r);
-  const int w0 = blockIdx.x * kKeysPerCta;
-  if (w0 >= visible) return;
-  const int HI = a.heads, head_pairs = (HI + 15) >> 4;  // 16-head MMA tiles that run
-  const int64_t q_off = int64_t(r) * HI * kIndexDim;
-  for (int i = tid; i < head_pairs * 16 * kIndexDim / 8; i += kScoreThreads) {
-    const int h = i / (kIndexDim / 8), c = i % (kIndexDim / 8);
-    __nv_bfloat16* dst = sm.q + h * kRowS + c * 8;
-    if (h >= HI) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    } else if (a.q_f32 == nullptr) {
-      cp_async16(dst, a.q + q_off + h * kIndexDim + c * 8);  // committed with keys
-    } else {
-      const float4* src = reinterpret_cast<const float4*>(a.q_f32 + q_off + h * kIndexDim + c * 8);
-      const float4 x = src[0], y = src[1];
-      *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w),
-                                                  pack_bf16x2(y.x, y.y), pack_bf16x2(y.z, y.w));
-    }
-  }
-  if (tid < HI) sm.w[tid] = a.weights[int64_t(r) * HI + tid];
-  sm.hist[tid] = 0;
-  // The warp's 32 keys: 32 × 16 pieces of 16 B (bf16).
-  const int wk0 = w0 + warp * kKeysPerWarp;
-  __nv_bfloat16* kw = sm.k + warp * kKeysPerWarp * kRowS;
+// The warp's 32 keys of block b (keys [256b + 32·warp, +32)) → its rows of `kw`; keys past
+// `visible` become zeros. bf16 pools: cp.async (the caller commits); fp32 pools: loaded,
+// converted and stored synchronously.
+__device__ __forceinline__ void load_warp_keys(const IndexerArgs& a, int r, int visible, int wk0,
+                                               __nv_bfloat16* kw, int lane) {
   if (a.caches == nullptr && a.keys_f32 == nullptr) {
     const __nv_bfloat16* kbase = a.keys + (a.key_base[r] + wk0) * kIndexDim;
 #pragma unroll
@@ -105,53 +85,112 @@ __global__ void __launch_bounds__(kScoreThreads)
       *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = v;
     }
   }
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
+}
 
-  float acc[2][8][4] = {};
-#pragma unroll
-  for (int k0 = 0; k0 < kIndexDim; k0 += 16) {
-    uint32_t af[2][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-      ldmatrix_x4(af[mt], kw + (mt * 16 + (lane & 15)) * kRowS + k0 + (lane >> 4) * 8);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      if (np >= head_pairs) break;
-      uint32_t bf[4];
-      ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
-                          ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        mma_bf16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
-        mma_bf16(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
-      }
+__device__ __forceinline__ void cp_async_wait_one() {  // all but the newest group done
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// Grid (CTAs per row, rows); CTA x of row r scores blocks x, x + gridDim.x, ... of 256 keys,
+// prefetching block i+1 into the other stage while block i is computed.
+__global__ void __launch_bounds__(kScoreThreads, 1)
+    score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
+                 uint32_t* __restrict__ hist_out) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
+  pdl_wait();  // q, weights, keys and the histogram reset come from earlier work
+  pdl_trigger();
+  const int r = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int visible = row_visible(a, r);
+  const int blocks = (visible + kKeysPerCta - 1) / kKeysPerCta;
+  if (int(blockIdx.x) >= blocks) return;
+  const int HI = a.heads, head_pairs = (HI + 15) >> 4;  // 16-head MMA tiles that run
+  const int64_t q_off = int64_t(r) * HI * kIndexDim;
+  for (int i = tid; i < head_pairs * 16 * kIndexDim / 8; i += kScoreThreads) {
+    const int h = i / (kIndexDim / 8), c = i % (kIndexDim / 8);
+    __nv_bfloat16* dst = sm.q + h * kRowS + c * 8;
+    if (h >= HI) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    } else if (a.q_f32 == nullptr) {
+      cp_async16(dst, a.q + q_off + h * kIndexDim + c * 8);  // committed with the first keys
+    } else {
+      const float4* src = reinterpret_cast<const float4*>(a.q_f32 + q_off + h * kIndexDim + c * 8);
+      const float4 x = src[0], y = src[1];
+      *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w),
+                                                  pack_bf16x2(y.x, y.y), pack_bf16x2(y.z, y.w));
     }
   }
-  __syncwarp();  // every lane is done reading kw: reuse it as the term tile
-  float* terms = reinterpret_cast<float*>(kw);
+  if (tid < HI) sm.w[tid] = a.weights[int64_t(r) * HI + tid];
+  sm.hist[tid] = 0;
+  load_warp_keys(a, r, visible, int(blockIdx.x) * kKeysPerCta + warp * kKeysPerWarp,
+                 sm.k[0] + warp * kKeysPerWarp * kRowS, lane);
+  cp_async_commit();
+  const int64_t out_row = int64_t(r) * indexer_score_stride(a.max_visible);
+  int stage = 0;
+  for (int b = blockIdx.x; b < blocks; b += gridDim.x, stage ^= 1) {
+    if (b + int(gridDim.x) < blocks)  // prefetch (the other stage was freed last iteration)
+      load_warp_keys(a, r, visible, (b + gridDim.x) * kKeysPerCta + warp * kKeysPerWarp,
+                     sm.k[stage ^ 1] + warp * kKeysPerWarp * kRowS, lane);
+    cp_async_commit();
+    cp_async_wait_one();
+    __syncthreads();  // q (first pass) and every lane's key rows of this stage are visible
+    const int wk0 = b * kKeysPerCta + warp * kKeysPerWarp;
+    __nv_bfloat16* kw = sm.k[stage] + warp * kKeysPerWarp * kRowS;
+    float acc[2][8][4] = {};
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int k0 = 0; k0 < kIndexDim; k0 += 16) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        ldmatrix_x4(af[mt], kw + (mt * 16 + (lane & 15)) * kRowS + k0 + (lane >> 4) * 8);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (np >= head_pairs) break;
+        uint32_t bf[4];
+        ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
+                            ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_bf16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
+          mma_bf16(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+    // Head sum in registers: lane (q = lane/4, j = lane%4) holds heads 8nt + 2j + {0,1} of keys
+    // q, q+8 (mt 0) and 16+q, 24+q (mt 1); it sums its 16 terms per key in (nt, head) order,
+    // then the quad adds its 4 partials (xor 1, then xor 2), and lane j keeps key slot j.
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // key slots mt·2 + (i >> 1)
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = mt * 16 + (lane >> 2) + (i >> 1) * 8;
-        const int h = nt * 8 + (lane & 3) * 2 + (i & 1);
+      for (int e = 0; e < 2; ++e) {
+        const int h = nt * 8 + (lane & 3) * 2 + e;
         if (h >= HI) continue;
-        const float s = fmaxf(round_bf16(acc[mt][nt][i]), 0.0f);
-        terms[key * kVS + h] = round_bf16(s * sm.w[h]);
+        const float wh = sm.w[h];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const float s = fmaxf(round_bf16(acc[mt][nt][hi * 2 + e]), 0.0f);
+            part[mt * 2 + hi] += round_bf16(s * wh);
+          }
       }
-  __syncwarp();
-  float total = 0.0f;
-  for (int h = 0; h < HI; ++h) total += terms[lane * kVS + h];
-  const int w = wk0 + lane;
-  if (w < visible) {
-    const uint16_t key = score_key(uint16_t(__float_as_uint(round_bf16(total)) >> 16));
-    keys_out[int64_t(r) * indexer_score_stride(a.max_visible) + w] = key;
-    atomicAdd(&sm.hist[key >> 8], 1u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      part[k] += __shfl_xor_sync(~0u, part[k], 1);
+      part[k] += __shfl_xor_sync(~0u, part[k], 2);
+    }
+    const int j = lane & 3;
+    const float total = j == 0 ? part[0] : j == 1 ? part[1] : j == 2 ? part[2] : part[3];
+    const int w = wk0 + (j >> 1) * 16 + (lane >> 2) + (j & 1) * 8;
+    if (w < visible) {
+      const uint16_t key = score_key(uint16_t(__float_as_uint(round_bf16(total)) >> 16));
+      keys_out[out_row + w] = key;
+      atomicAdd(&sm.hist[key >> 8], 1u);
+    }
+    __syncwarp();  // kw is read: the next iteration may prefetch into this stage
   }
+  cp_async_wait_all();
   __syncthreads();
   if (sm.hist[tid] != 0) atomicAdd(&hist_out[r * 256 + tid], sm.hist[tid]);
 }
@@ -199,6 +238,8 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ uint32_t hist2[256];
   __shared__ int warp_tot[kSelectThreads / 32];
   __shared__ int s_nsel, s_thresh, s_need;
+  pdl_wait();  // the score kernel's keys and histogram
+  pdl_trigger();
   const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int visible = row_visible(a, r), K = a.k;
   const uint16_t* keys = keys_in + int64_t(r) * indexer_score_stride(a.max_visible);
@@ -309,14 +350,20 @@ void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(ScoreSmem)));
   });
+  static std::once_flag sms_once[kMaxDevices];
+  static int sms[kMaxDevices];
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  call_once_per_device(sms_once, [&] { CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev)); });
   if (a.max_visible > 0) {
-    dim3 grid(unsigned((a.max_visible + kKeysPerCta - 1) / kKeysPerCta), unsigned(a.rows));
-    score_kernel<<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(a, keys, hist);
-    CUDA_CHECK_LAUNCH();
+    // One CTA per SM (≈ 155 KB smem): floor(SMs / rows) CTAs per row, each looping over blocks.
+    const int blocks = (a.max_visible + kKeysPerCta - 1) / kKeysPerCta;
+    dim3 grid(unsigned(std::min(blocks, std::max(1, sms[dev] / a.rows))), unsigned(a.rows));
+    launch_pdl(score_kernel, grid, dim3(kScoreThreads), sizeof(ScoreSmem), stream, a, keys, hist);
   }
   if (a.scores_only) return;
-  select_kernel<<<unsigned(a.rows), kSelectThreads, 0, stream>>>(a, keys, hist);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(select_kernel, dim3(unsigned(a.rows)), dim3(kSelectThreads), 0, stream, a,
+             static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(hist));
 }
 
 }  // namespace dsv4::gpu::sm90

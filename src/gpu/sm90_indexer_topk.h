@@ -9,8 +9,9 @@
 // or, for GpuModel's batched decode, caches[r].index.keys (fp32 holding those values, converted
 // on load) with visible = (pos[r] + 1) / ratio, or, for prefill (every row one sequence's
 // position), one fp32 pool keys_f32 shared by all rows. Score(w) = bf16(Σ_h bf16(ω_h ·
-// relu(bf16(q_h·K_w)))) with the head sum in fp32 in head order, as cpu::index_scores (the dot
-// itself is an fp32 tensor-core sum, exact for FP4-simulated operands in practice).
+// relu(bf16(q_h·K_w)))) with the head sum in fp32 in a fixed order (per lane in head order, then
+// a 4-lane tree; cpu::index_scores adds in head order: equal whenever the fp32 sums are exact,
+// as they are in practice for FP4-simulated operands — so is the dot, an fp32 tensor-core sum).
 // Selection = cpu::select_topk: the top min(k, visible)
 // ids by descending score, exact ties → lower id, written in that order; the rest of the k
 // slots are −1. (−0 and +0 compare equal, as float comparison does.)

@@ -19,17 +19,26 @@
 // get s = −inf, p = 0 and a zero K row. With one split the CTA writes bf16 output directly
 // (sink in the final denominator only); otherwise it writes fp32 (m, l, O) partials and a merge
 // kernel combines them: M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)).
+// Short lists (≤ 128 candidates per CTA, the decode case) run the row's splits as one
+// thread-block cluster (≤ 16 CTAs) instead: each CTA keeps its partial O in its own smem and
+// the cluster merges through distributed shared memory with the same formula, in split order
+// (cluster_merge_epilogue) — one launch, no global partials. Both kernels are PDL-launched
+// (pdl_wait before any input is read).
 // Exactness: the reference groups candidates in 64-blocks from list start; splits of 16·k
 // candidates regroup the online softmax, and tensor-core fp32 accumulation reorders sums, so
 // outputs differ from cpu::sparse_attention_head at bf16-rounding level (tested tolerance in
 // sparse_decode_test.cu). The dequantized K values themselves are exact.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cfloat>
+#include <cstddef>
 
 #include "base/check.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/kv_fp8.cuh"
+#include "gpu/pdl.cuh"
 #include "gpu/sm90_sparse_decode.cuh"
 #include "gpu/sparse_decode.h"
 
@@ -42,7 +51,9 @@ constexpr int kQS = kHeadDim + 8;  // bf16 row stride of Qs / Ks (1040 B: confli
 constexpr int kSS = kTile + 4;     // fp32 row stride of Ss
 constexpr int kPS = kTile + 8;     // bf16 row stride of Ps
 constexpr int kChunks = kEntryData / 16;  // 36 16-byte pieces per entry
-constexpr int kMaxSplits = 256;           // merge_kernel's weight table
+constexpr int kPartS = kQS;               // fp32 row stride of the in-smem partial O
+static_assert(kTile == kSplitTile, "the plan's tile");
+namespace cg = cooperative_groups;
 
 struct Smem {
   __nv_bfloat16 q[kHeads * kQS];
@@ -56,6 +67,11 @@ struct Smem {
   const uint8_t* src_scale[kTile];
   uint8_t valid[kTile];  // current tile (src_* already describe the prefetched one)
 };
+// The in-cluster merge's partial O [64 heads][kPartS] fp32 reuses q and k (adjacent).
+static_assert(offsetof(Smem, k) == offsetof(Smem, q) + sizeof(Smem::q) &&
+                  kHeads * kPartS * sizeof(float) <= sizeof(Smem::q) + sizeof(Smem::k),
+              "partial O must fit over q and k");
+static_assert(kMaxCluster * kHeads <= kHeads * kSS, "merge weights must fit in s");
 
 // The row's list: lengths and pool bases (per-row buffers in decode mode).
 struct RowList {
@@ -155,29 +171,120 @@ __device__ void dequant_tile(Smem& sm, int count) {
   }
 }
 
-// Candidates of split `split` of a row with `total` candidates (SparseDecodePlan).
-__device__ __forceinline__ int row_chunk(int total, int splits, int min_chunk) {
+// Candidates per split of a row with `total` candidates (SparseDecodePlan).
+__device__ __forceinline__ int row_chunk(int total, int splits, int min_chunk, bool cluster_merge) {
   int chunk = ((total + splits - 1) / splits + 15) & ~15;
-  if (chunk > kTile) chunk = (chunk + kTile - 1) & ~(kTile - 1);
+  if (!cluster_merge && chunk > kTile) chunk = (chunk + kTile - 1) & ~(kTile - 1);
   return max(chunk, min_chunk);
+}
+
+// Writes bf16-rounded v (2 values of head h, dims d, d+1) to the output row.
+__device__ __forceinline__ void store_out2(const SparseDecodeArgs& a, int64_t at, float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  if (a.out_f32 != nullptr)
+    *reinterpret_cast<float2*>(a.out_f32 + at) = __bfloat1622float2(v);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(a.out + at) = v;
+}
+
+// In-cluster merge (the row's `splits` CTAs form one thread-block cluster, rank = split):
+// every CTA stores its unnormalized O in its own smem (over q and k), the cluster barrier makes
+// the partials and (m, l) visible, then CTA `split` merges the split-th slice of the row's
+// H × 512 outputs reading all partials through distributed shared memory, in split order:
+// M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)) — the merge kernel's
+// formula, without the global partials and the second launch. A second barrier keeps every
+// CTA's smem alive until the cluster is done reading it.
+// H: the CTA's heads (its head group), q_off / sink: where they start.
+__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[16][4],
+                                       int splits, int split, bool write_partial, int mt, int grp,
+                                       int64_t q_off, int H, const float* __restrict__ sink) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
+  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
+  if (write_partial) {
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const int d = grp * 128 + n * 8 + (lane & 3) * 2;
+      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
+      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
+    }
+  }
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  float* wgt = sm.s;  // [splits][64] weights e^(m_s − M)
+  if (tid < H) {  // all remote (m, l) loads in flight at once (unrolled, predicated)
+    float mv[kMaxCluster], lv[kMaxCluster];
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < splits) {
+        mv[s] = *cl.map_shared_rank(&sm.m[tid], s);
+        lv[s] = *cl.map_shared_rank(&sm.l[tid], s);
+      }
+    float big = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < splits) big = fmaxf(big, mv[s]);
+    float l = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < splits) {
+        const float w = mv[s] == -INFINITY ? 0.0f : __expf(mv[s] - big);
+        wgt[s * kHeads + tid] = w;
+        l = fmaf(w, lv[s], l);
+      }
+    sm.alpha[tid] = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(sink[tid] - big));
+  }
+  __syncthreads();
+  // This CTA's slice: float4 units [u0, u1) of the row's H × 128.
+  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
+  const int u1 = min(units, (split + 1) * per);
+  for (int u = split * per + tid; u < u1; u += kThreads) {
+    const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
+    float4 v[kMaxCluster];  // every split's partial in flight at once
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < splits) v[s] = *reinterpret_cast<const float4*>(cl.map_shared_rank(part + h * kPartS + c, s));
+    float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      const float w = s < splits ? wgt[s * kHeads + h] : 0.0f;
+      if (w != 0.0f) {  // empty splits and heads without candidates hold no partial
+        acc.x = fmaf(w, v[s].x, acc.x);
+        acc.y = fmaf(w, v[s].y, acc.y);
+        acc.z = fmaf(w, v[s].z, acc.z);
+        acc.w = fmaf(w, v[s].w, acc.w);
+      }
+    }
+    const float inv = sm.alpha[h];
+    const int64_t at = q_off + h * kHeadDim + c;
+    store_out2(a, at, acc.x * inv, acc.y * inv);
+    store_out2(a, at + 2, acc.z * inv, acc.w * inv);
+  }
+  cl.sync();
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_kernel(const __grid_constant__ SparseDecodeArgs a, int splits, int min_chunk,
-                         float* __restrict__ ws) {
+                         float* __restrict__ ws, bool cluster_merge, int head_groups,
+                         int group_tiles) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  const int r = blockIdx.x / splits, split = blockIdx.x % splits;
+  pdl_wait();  // q, pos, lists and pools come from earlier kernels
+  pdl_trigger();
+  // CTA = (row r, head group, split); the group holds heads [h_base, h_base + H).
+  const int split = blockIdx.x % splits, rg = blockIdx.x / splits;
+  const int r = rg / head_groups, h_base = (rg % head_groups) * group_tiles * 16;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int H = a.heads, head_tiles = (H + 15) >> 4;
+  const int H = min(a.heads - h_base, group_tiles * 16), head_tiles = (H + 15) >> 4;
   const RowList rl = row_list(a, r);
-  const int chunk = row_chunk(rl.total, splits, min_chunk);
+  const int chunk = row_chunk(rl.total, splits, min_chunk, cluster_merge);
   const int begin = split * chunk;
   const int end = min(rl.total, begin + chunk);
-  // ws: [rows·splits][H] × (m, l) then [rows·splits][H][512] partial O.
+  // ws (merge kernel; one head group): [rows·splits][H] × (m, l) then [rows·splits][H][512] O.
   const int64_t unit = int64_t(r) * splits + split;
   float* ml = ws + unit * H * 2;
-  if (begin >= end && splits > 1) {  // nothing here: an empty partial (the merge skips it)
+  const bool has_work = begin < end;
+  if (!has_work && splits > 1 && !cluster_merge) {  // an empty partial (the merge skips it)
     for (int h = tid; h < H; h += kThreads) {
       ml[h * 2] = -INFINITY;
       ml[h * 2 + 1] = 0.0f;
@@ -191,11 +298,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-  if (begin < end) gather_tile(sm, a, rl, r, begin, min(kTile, end - begin));
+  if (has_work) gather_tile(sm, a, rl, r, begin, min(kTile, end - begin));
   // Q → smem (heads × 512 bf16; rows up to the 16-head tile boundary zero-padded), issued
   // after the first tile's gather so both are in flight together.
-  const int64_t q_off = int64_t(r) * H * kHeadDim;
-  if (a.q_f32 == nullptr) {
+  const int64_t q_off = (int64_t(r) * a.heads + h_base) * kHeadDim;
+  if (!has_work) {
+    // An empty split of a cluster: no Q (its partial is skipped by the merge).
+  } else if (a.q_f32 == nullptr) {
     for (int i = tid; i < H * kHeadDim / 8; i += kThreads) {  // all in flight at once
       const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
       cp_async16(sm.q + h * kQS + c * 8, a.q + q_off + h * kHeadDim + c * 8);
@@ -211,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                      pack_bf16x2(y.z, y.w));
     }
   }
-  for (int i = H * kHeadDim / 8 + tid; i < head_tiles * 16 * kHeadDim / 8; i += kThreads) {
+  for (int i = H * kHeadDim / 8 + tid; has_work && i < head_tiles * 16 * kHeadDim / 8; i += kThreads) {
     const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
     *reinterpret_cast<uint4*>(sm.q + h * kQS + c * 8) = make_uint4(0, 0, 0, 0);
   }
@@ -329,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 2; ++i) {
       const int h = i ? h1 : h0;
       const float m = sm.m[h];
-      inv[i] = h >= H || m == -INFINITY ? 0.0f : 1.0f / (sm.l[h] + __expf(a.sink[h] - m));
+      inv[i] = h >= H || m == -INFINITY ? 0.0f : 1.0f / (sm.l[h] + __expf(a.sink[h_base + h] - m));
     }
 #pragma unroll
     for (int n = 0; n < 16; ++n) {
@@ -346,6 +455,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<__nv_bfloat162*>(a.out + at) = v;
       }
     }
+  } else if (cluster_merge) {
+    cluster_merge_epilogue(sm, a, o, splits, split, head_tile && has_work, mt, grp, q_off, H, a.sink + h_base);
   } else {
     float* po = ws + int64_t(a.rows) * splits * H * 2 + unit * H * kHeadDim;
     if (tid < H) {
@@ -370,6 +481,8 @@ __global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ Spar
                                                     int splits, const float* __restrict__ ws) {
   __shared__ float w_s[kMaxSplits];
   __shared__ float red[4];
+  pdl_wait();  // the split kernel's partials
+  pdl_trigger();
   const int H = a.heads, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int r = blockIdx.x / H, h = blockIdx.x % H;
   const float* ml = ws + int64_t(r) * splits * H * 2;
@@ -430,30 +543,42 @@ __global__ void insert_kernel(const float* __restrict__ kv, const int32_t* __res
 
 }  // namespace
 
-SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int num_sms,
-                                    int min_chunk, int heads, int split_rows) {
-  DSV4_CHECK(rows > 0 && min_chunk > 0 && min_chunk % 16 == 0, "bad plan inputs: rows ", rows,
-             " min_chunk ", min_chunk);
-  DSV4_CHECK(heads >= 1 && heads <= kHeads, "sparse decode: ", heads, " heads (1..", kHeads, ")");
-  if (split_rows < rows) split_rows = rows;
-  SparseDecodePlan p;
-  p.rows = rows;
-  p.heads = heads;
-  p.min_chunk = min_chunk;
-  p.max_cands = max_main + max_extra;
-  const int by_len = std::max(1, (p.max_cands + min_chunk - 1) / min_chunk);
-  const int by_sms = std::max(1, (num_sms + split_rows - 1) / split_rows);
-  p.splits = std::min({by_len, by_sms, kMaxSplits});
-  int chunk = ((p.max_cands + p.splits - 1) / p.splits + 15) / 16 * 16;
-  if (chunk > kTile) chunk = (chunk + kTile - 1) / kTile * kTile;
-  p.chunk = std::max(chunk, min_chunk);
-  p.workspace_bytes =
-      p.splits == 1 ? 0 : size_t(rows) * p.splits * heads * (kHeadDim + 2) * sizeof(float);
-  return p;
-}
-
-size_t sparse_decode_workspace_bound(int split_rows, int heads, int num_sms) {
-  return size_t(num_sms + split_rows) * heads * (kHeadDim + 2) * sizeof(float);
+int sparse_decode_cluster_capacity(int cluster) {
+  static std::once_flag once[kMaxDevices];
+  static int capacity[kMaxDevices][5];  // cluster sizes 1, 2, 4, 8, 16
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  call_once_per_device(once, [&] {
+    if (cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    for (int i = 0; i < 5; ++i) {
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 1u << i;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1u << i);
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = sizeof(Smem);
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, sparse_decode_kernel, &cfg) != cudaSuccess) n = 0;
+      (void)cudaGetLastError();
+      capacity[dev][i] = n;
+    }
+  });
+  int i = 0;
+  while (i < 4 && (1 << i) < cluster) ++i;
+  return (1 << i) == cluster ? capacity[dev][i] : 0;
 }
 
 void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace,
@@ -466,16 +591,43 @@ void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* w
              "sparse decode: exactly one of q / q_f32 and of out / out_f32");
   DSV4_CHECK(a.main_idx != nullptr || (a.pos != nullptr && a.win > 0), "sparse decode: no main list");
   DSV4_CHECK(a.extra_idx != nullptr || a.extra_ratio == 0 || a.pos != nullptr, "sparse decode: HCA list needs pos");
+  DSV4_CHECK(p.cluster == 1 || (p.cluster == p.splits && p.cluster <= kMaxCluster),
+             "sparse decode: cluster ", p.cluster, " for ", p.splits, " splits");
+  DSV4_CHECK(p.head_groups >= 1 && p.head_groups * p.group_tiles * 16 >= a.heads &&
+                 (p.head_groups == 1 || p.cluster > 1 || p.splits == 1),
+             "sparse decode: ", p.head_groups, " head groups of ", p.group_tiles, " tiles");
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   });
   float* ws = static_cast<float*>(workspace);
-  sparse_decode_kernel<<<unsigned(a.rows) * p.splits, kThreads, sizeof(Smem), stream>>>(
-      a, p.splits, p.min_chunk, ws);
-  CUDA_CHECK_LAUNCH();
-  if (p.splits > 1) {
-    merge_kernel<<<unsigned(a.rows) * a.heads, 128, 0, stream>>>(a, p.splits, ws);
+  const bool cluster_merge = p.cluster > 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n_attr = 0;
+  if (cluster_merge) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = unsigned(p.cluster);
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  if (pdl_enabled() && (cluster_merge || p.splits == 1)) {  // (measured slower with the merge kernel)
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(a.rows) * unsigned(p.head_groups) * unsigned(p.splits));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = sizeof(Smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n_attr;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_kernel, a, p.splits, p.min_chunk, ws, cluster_merge,
+                                p.head_groups, p.group_tiles));
+  if (p.splits > 1 && !cluster_merge) {
+    merge_kernel<<<unsigned(a.rows) * unsigned(a.heads), 128, 0, stream>>>(a, p.splits, ws);
     CUDA_CHECK_LAUNCH();
   }
 }

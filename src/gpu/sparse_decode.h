@@ -38,6 +38,13 @@
 namespace dsv4::gpu::sm90 {
 
 constexpr int kHeads = 64;  // most query heads per row (MQA: one KV head)
+// Split plan constants (plan_sparse_decode): candidates per kernel tile, most splits per row
+// (the merge kernel's weight table), largest cluster (16 is a non-portable size) and most
+// candidates per CTA for which the in-cluster merge is chosen over more splits.
+constexpr int kSplitTile = 64;
+constexpr int kMaxSplits = 256;
+constexpr int kMaxCluster = 16;
+constexpr int kClusterMaxChunk = 128;
 // The layout (kv_fp8.h) under this file's historical names.
 constexpr int kHeadDim = kKvDim;
 constexpr int kNopeDim = kKvNopeDim;
@@ -83,10 +90,16 @@ struct SparseDecodeArgs {
 
 // Work split, built on the host from upper bounds only; reusable across layers of one step
 // with the same bounds. splits: CTAs per row. Each row splits its own candidate count over
-// them on the device: chunk_r = max(min_chunk, round_up(ceil(total_r / splits), 16)), rounded
-// to whole 64-candidate tiles above 64; CTAs past the row's end only mark their partial empty.
-// The result of a row depends only on its inputs, `splits` and `min_chunk` — so a CUDA graph
-// of padded rows reproduces eager decode bit for bit when both plan with the same split_rows.
+// them on the device: chunk_r = max(min_chunk, round_up(ceil(total_r / splits), 16)), for the
+// merge kernel rounded to whole 64-candidate tiles above 64; CTAs past the row's end only mark
+// their partial empty. Merge of the splits' partials: cluster > 1
+// (= splits, a power of two ≤ 16): in the kernel, through distributed shared memory of the
+// row's thread-block cluster (one launch, no workspace); cluster == 1 and splits > 1: fp32
+// partials in the workspace and a merge kernel (long lists, > 128 candidates per CTA).
+// The result of a row depends only on its inputs, `splits`, `cluster` and `min_chunk` (head
+// groups only change which CTA runs a head's identical arithmetic) — so a
+// CUDA graph of padded rows reproduces eager decode bit for bit when both plan with the same
+// split_rows (and max_cluster).
 struct SparseDecodePlan {
   int rows = 0;
   int heads = kHeads;
@@ -94,20 +107,41 @@ struct SparseDecodePlan {
   int chunk = 64;     // chunk of a row with max_cands candidates (information)
   int min_chunk = 16;
   int splits = 1;
-  size_t workspace_bytes = 0;  // partial (m, l, acc) per (row, split, head) when splits > 1
+  int cluster = 1;             // CTAs per thread-block cluster (in-kernel merge when > 1)
+  int head_groups = 1;         // CTAs per (row, split) along the heads, group_tiles 16-head tiles each
+  int group_tiles = 4;
+  size_t workspace_bytes = 0;  // partial (m, l, acc) per (row, split, head) for the merge kernel
 };
 
 // num_sms: SMs to fill (132 on H200). min_chunk: smallest split (multiple of 16). split_rows
-// (≥ rows; 0 = rows): the row count the split count is chosen for: splits = min(ceil(max_cands /
-// min_chunk), ceil(num_sms / split_rows), 256).
+// (≥ rows; 0 = rows): the row count the split count is chosen for: s = min(ceil(max_cands /
+// min_chunk), ceil(num_sms / split_rows), 256); s ≤ max_cluster: splits = cluster = the
+// largest power of two ≤ s; else if max_cluster ≥ 2 and (2·max_cluster ≥ s or
+// ceil(max_cands / max_cluster) ≤ 128): splits = cluster = max_cluster; else splits = s,
+// cluster = 1 (merge kernel). max_cluster: 0 = the device's
+// limit for split_rows clusters (sparse_decode_cluster_limit); 1 = never cluster.
+// head_groups (cluster merge or one split only): the row's 16-head tiles split over that many
+// CTAs (each gathers the same candidates for fewer heads: shorter tensor-core phases and
+// partials at small batch); 0 = 4 or 2 when split_rows · groups · splits ≤ num_sms (and, with
+// max_cluster 0, the device holds those clusters at once), else 1.
 SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int num_sms,
-                                    int min_chunk = 16, int heads = kHeads, int split_rows = 0);
+                                    int min_chunk = 16, int heads = kHeads, int split_rows = 0,
+                                    int max_cluster = 0, int head_groups = 0);
+// Clusters of `cluster` CTAs (1, 2, 4, 8, 16; 16 is a non-portable size) of the kernel that the
+// current device runs at once (cudaOccupancyMaxActiveClusters; 0: none or another size);
+// cached per device. The limit for split_rows rows: the largest of 16, 8, 4 whose capacity
+// holds one cluster per row (one wave), else 2. Thread-safe.
+int sparse_decode_cluster_capacity(int cluster);
+int sparse_decode_cluster_limit(int split_rows);
 // Upper bound of plan_sparse_decode(rows' ≤ split_rows, ..., split_rows).workspace_bytes for
 // every row count and candidate bound: (num_sms + split_rows) partial units.
 size_t sparse_decode_workspace_bound(int split_rows, int heads, int num_sms);
 
-// Runs the split-K kernel and, when plan.splits > 1, the merge kernel. workspace: at least
-// plan.workspace_bytes of device memory.
+// Runs the split-K kernel (with its in-cluster merge when plan.cluster > 1) and, when
+// plan.splits > 1 and plan.cluster == 1, the merge kernel. workspace: at least
+// plan.workspace_bytes of device memory. The split kernel is launched with programmatic
+// dependent launch inside a PdlScope (pdl.h) unless the merge kernel follows (measured slower);
+// the kernels wait for their predecessor before reading any input.
 void sparse_decode(const SparseDecodeArgs& args, const SparseDecodePlan& plan, void* workspace,
                    cudaStream_t stream);
 

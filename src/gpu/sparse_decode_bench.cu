@@ -4,6 +4,8 @@
 // Inputs: a 612 MB FP8 KV pool (2^20 entries of random e4m3 codes, E8M0 scales 2^-7..2^0,
 // random bf16 rope dims) and a 268 MB indexer key pool, far beyond the 60 MB L2; each of the
 // 8 launches in a graph uses another of 4 index-list / key-range copies.
+// Calls of at most kPdlMaxRows rows run inside a PdlScope, as GpuModel's decode (DSV4_PDL=0:
+// plain launches); `pdl=` in the output says which.
 // Usage: gpu_sparse_decode_bench (no arguments).
 #include <cuda_bf16.h>
 
@@ -15,6 +17,7 @@
 
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/pdl.h"
 #include "gpu/sm90_indexer_topk.h"
 #include "gpu/sparse_decode.h"
 
@@ -75,7 +78,8 @@ double read_bandwidth(cudaStream_t s) {
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
                     int main_len, int extra_len, bool contiguous_extra, int min_chunk = 16,
-                    int heads = kHeads) {
+                    int heads = kHeads, int max_cluster = 0, int head_groups = 0) {
+  const PdlScope pdl(rows <= kPdlMaxRows);  // as GpuModel's decode (DSV4_PDL=0: off)
   std::mt19937 rng(rows * 131 + extra_len);
   const int me = std::max(extra_len, 1);
   std::vector<int32_t> mi(size_t(kCopies) * rows * main_len), ei(size_t(kCopies) * rows * me, -1);
@@ -97,7 +101,8 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   fill_bf16<<<256, 256, 0, s>>>(q.get(), int64_t(q.size()), 5);
   DeviceBuffer<float> sink(kHeads);
   CUDA_CHECK(cudaMemset(sink.get(), 0, kHeads * 4));
-  const SparseDecodePlan plan = plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk, heads);
+  const SparseDecodePlan plan =
+      plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk, heads, 0, max_cluster, head_groups);
   DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 1));
   auto call = [&](int i) {
     const int c = i % kCopies;
@@ -125,15 +130,17 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   const int cands = main_len + extra_len;
   const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + 2.0 * heads * kHeadDim * 2);
   const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
-  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d | %8.2f us (min %.2f max %.2f) | "
-              "%8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
-              kind, heads, rows, cands, plan.chunk, plan.splits, st.med, st.lo, st.hi, bytes / 1e6,
+  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d | %8.2f us "
+              "(min %.2f max %.2f) | %8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
+              kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()), st.med,
+              st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
 }
 
 void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, int ctx,
                   bool scores_only) {
+  const PdlScope pdl(rows <= kPdlMaxRows);
   const int visible = ctx / 4;
   DeviceBuffer<uint16_t> q(size_t(rows) * kIndexHeads * kIndexDim);
   fill_bf16<<<64, 256, 0, s>>>(q.get(), int64_t(q.size()), 11);
@@ -170,9 +177,9 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
   CUDA_CHECK(cudaStreamSynchronize(s));
   const Stats st = time_graph(s, call);
   const double bytes = double(rows) * visible * (kIndexDim * 2 + (scores_only ? 2 : 6));
-  std::printf("index%s B=%-2d ctx=%-8d keys=%-7d | %8.2f us (min %.2f max %.2f) | %8.2f MB "
+  std::printf("index%s B=%-2d ctx=%-8d keys=%-7d pdl=%d | %8.2f us (min %.2f max %.2f) | %8.2f MB "
               "%7.0f GB/s %5.1f%%\n",
-              scores_only ? "(scan)  " : "(+topk) ", rows, ctx, visible, st.med, st.lo, st.hi,
+              scores_only ? "(scan)  " : "(+topk) ", rows, ctx, visible, int(pdl_enabled()), st.med, st.lo, st.hi,
               bytes / 1e6, bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak);
 }
 
@@ -200,13 +207,22 @@ int main() {
   fill_bf16<<<1024, 256, 0, s>>>(keys.get(), int64_t(keys.size()), 1);
   CUDA_CHECK(cudaStreamSynchronize(s));
 
-  std::printf("attention (per layer call; bytes = KV entries 584 B + 4 B id, q and out bf16)\n");
+  std::printf("attention (per layer call; bytes = KV entries 584 B + 4 B id, q and out bf16); clusters "
+              "resident at once: size 2 %d, 4 %d, 8 %d, 16 %d\n", sparse_decode_cluster_capacity(2),
+              sparse_decode_cluster_capacity(4), sparse_decode_cluster_capacity(8), sparse_decode_cluster_capacity(16));
+  for (int h : {64, 32})
+    for (int cl : {1, 8, 16})
+      for (int g : {1, 2, 4}) attention_case(s, pool, peak, "CSA", 1, 128, 512, false, 16, h, cl, g);
+  for (int b : {8, 16})
+    for (int cl : {1, 4, 8, 16}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, kHeads, cl);
   for (int mc : {16, 32, 64}) attention_case(s, pool, peak, "CSA", 1, 128, 512, false, mc);
   for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false);
-  for (int b : {1, 8, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, 32);
+  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, 32);
+  for (int b : {8, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, kHeads, 1);
   for (int ctx : {8192, 65536, 1 << 20})
     for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true);
   for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "SWA", b, 128, 0, false);
+  for (int b : {1, 8}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, 32);
   std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
   for (int ctx : {8192, 131072, 1 << 20})
     for (int b : {1, 8})

@@ -11,7 +11,9 @@
 //   bf16 value (probabilities are rounded to bf16 before P·V like the reference, outputs to
 //   bf16 at the end). Shapes: heads 2, 20, 32, 64 (padded 16-head tiles), batch 1–64, −1 ids,
 //   lengths 1..640 and HCA lists up to 8192, explicit pools and GpuModel's decode mode (ring
-//   window and HCA lists from positions, per-row buffers, fp32 q/out, graph split_rows).
+//   window and HCA lists from positions, per-row buffers, fp32 q/out, graph split_rows); the
+//   in-cluster merge at cluster sizes 2..16 with empty splits, head groups 1/2/4 (uneven too),
+//   and the merge-kernel path.
 //   The KV dequantization is checked bit for bit; the indexer scores must match
 //   cpu::index_scores on all but ≤ 0.1% of keys (tensor-core dots sum in another order; with
 //   FP4-simulated operands they are exact in practice) for 8 and 64 heads, top-4 and top-512,
@@ -178,7 +180,43 @@ int64_t check_attention(const char* name, int rows, int heads, const std::vector
 }
 
 std::string plan_info(const SparseDecodePlan& p) {
-  return "chunk " + std::to_string(p.chunk) + " splits " + std::to_string(p.splits);
+  return "chunk " + std::to_string(p.chunk) + " splits " + std::to_string(p.splits) + " cluster " +
+         std::to_string(p.cluster) + " groups " + std::to_string(p.head_groups);
+}
+
+// The split plan with an explicit max_cluster is a pure host function (no device): the shapes
+// GpuModel's decode sees on an H200 (cluster capacity 7 / 15 / 30 / 66 for 16 / 8 / 4 / 2).
+TEST(Sm90SparseDecodePlan, ClusterSplitsAndHeadGroups) {
+  struct Want {
+    int rows, max_main, max_extra, min_chunk, heads, max_cluster, head_groups;
+    int splits, cluster, groups, group_tiles, chunk;
+    bool workspace;
+  };
+  const Want cases[] = {
+      {1, 128, 512, 16, 64, 16, 0, 16, 16, 4, 1, 48, false},    // B=1 CSA: 64 CTAs
+      {1, 128, 512, 16, 32, 16, 0, 16, 16, 2, 1, 48, false},    // TP2 half the heads
+      {1, 128, 0, 16, 64, 8, 0, 8, 8, 4, 1, 16, false},         // SWA
+      {8, 128, 512, 16, 64, 8, 0, 8, 8, 2, 2, 80, false},       // 8 × 8 × 2 = 128 CTAs
+      {64, 128, 512, 16, 64, 2, 0, 2, 2, 1, 4, 320, false},     // 2·2 ≥ 3 splits: cluster 2
+      {1, 128, 8192, 16, 64, 16, 0, 132, 1, 1, 4, 64, true},    // long list: merge kernel
+      {8, 128, 8192, 16, 64, 8, 0, 17, 1, 1, 4, 512, true},     // 64-candidate tiles
+      {8, 128, 512, 16, 64, 1, 4, 17, 1, 1, 4, 48, true},       // never cluster; groups ignored
+      {2, 128, 512, 640, 20, 16, 4, 1, 1, 2, 1, 640, false},    // one split, 2 tiles → 2 groups
+      {4, 128, 512, 16, 40, 4, 2, 33, 1, 1, 3, 32, true},       // merge kernel: one group
+  };
+  for (const Want& w : cases) {
+    const SparseDecodePlan p = plan_sparse_decode(w.rows, w.max_main, w.max_extra, 132, w.min_chunk, w.heads,
+                                                  0, w.max_cluster, w.head_groups);
+    SCOPED_TRACE(std::to_string(w.rows) + " rows, " + std::to_string(w.max_main + w.max_extra) + " cands, " +
+                 std::to_string(w.heads) + " heads, max_cluster " + std::to_string(w.max_cluster));
+    EXPECT_EQ(p.splits, w.splits);
+    EXPECT_EQ(p.cluster, w.cluster);
+    EXPECT_EQ(p.head_groups, w.groups);
+    EXPECT_EQ(p.group_tiles, w.group_tiles);
+    EXPECT_EQ(p.chunk, w.chunk);
+    EXPECT_EQ(p.workspace_bytes > 0, w.workspace);
+    EXPECT_LE(p.workspace_bytes, sparse_decode_workspace_bound(w.rows, w.heads, 132));
+  }
 }
 
 struct AttnCase {
@@ -188,6 +226,8 @@ struct AttnCase {
   double neg_frac;      // fraction of −1 ids
   int min_chunk;
   int heads = kHeads;
+  int max_cluster = 0;  // plan_sparse_decode's: 0 device limit, 1 merge kernel only
+  int head_groups = 0;  // plan_sparse_decode's: 0 auto
 };
 
 class Sm90SparseDecode : public ::testing::TestWithParam<AttnCase> {};
@@ -254,7 +294,8 @@ TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
   a.sink = d_sink.get();
   a.out = reinterpret_cast<__nv_bfloat16*>(d_out.get());
   a.rows = c.rows;
-  const SparseDecodePlan plan = plan_sparse_decode(c.rows, c.max_main, c.max_extra, 132, c.min_chunk, H);
+  const SparseDecodePlan plan =
+      plan_sparse_decode(c.rows, c.max_main, c.max_extra, 132, c.min_chunk, H, 0, c.max_cluster, c.head_groups);
   DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 1));
   sparse_decode(a, plan, ws.get(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -292,7 +333,26 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"h32_csa_b1", 1, 128, 512, false, 0.0, 16, 32},
                       AttnCase{"h32_csa_b64_pad", 64, 128, 512, true, 0.05, 16, 32},
                       AttnCase{"h32_hca_8192_b4", 4, 128, 8192, true, 0.01, 16, 32},
-                      AttnCase{"h20_window_only", 7, 128, 0, true, 0.1, 16, 20}),
+                      AttnCase{"h20_window_only", 7, 128, 0, true, 0.1, 16, 20},
+                      // In-cluster merge at every cluster size, empty splits (short rows, −1
+                      // ids), and the merge-kernel path with many splits (max_cluster 1).
+                      AttnCase{"csa_b1_cluster8", 1, 128, 512, false, 0.0, 16, kHeads, 8},
+                      AttnCase{"csa_b1_cluster2", 1, 128, 512, false, 0.0, 16, kHeads, 2},
+                      AttnCase{"h32_csa_b1_cluster16", 1, 128, 512, true, 0.1, 16, 32, 16},
+                      AttnCase{"mixed_len_cluster16", 6, 128, 512, true, 0.3, 16, kHeads, 16},
+                      AttnCase{"short_rows_cluster16", 3, 256, 0, true, 0.0, 16, kHeads, 16},
+                      AttnCase{"csa_b1_merge_kernel", 1, 128, 512, false, 0.0, 16, kHeads, 1},
+                      AttnCase{"mixed_len_merge_kernel", 5, 128, 512, true, 0.1, 16, 32, 1},
+                      AttnCase{"hca_2048_b1_cluster16", 1, 128, 1920, true, 0.0, 16, kHeads, 16},
+                      // Head groups: explicit 1 (one CTA for all heads), 2 and 4 (uneven:
+                      // 20 heads = 2 tiles, 40 heads = 3 tiles), with one split and clusters.
+                      AttnCase{"csa_b1_cluster16_groups1", 1, 128, 512, false, 0.0, 16, kHeads, 16, 1},
+                      AttnCase{"csa_b1_cluster16_groups4", 1, 128, 512, true, 0.1, 16, kHeads, 16, 4},
+                      AttnCase{"csa_b3_cluster8_groups2", 3, 128, 512, true, 0.1, 16, kHeads, 8, 2},
+                      AttnCase{"h40_cluster4_groups2", 4, 128, 512, true, 0.1, 16, 40, 4, 2},
+                      AttnCase{"h20_window_groups4", 5, 128, 0, true, 0.1, 16, 20, 0, 4},
+                      AttnCase{"h64_one_split_groups4", 2, 128, 512, true, 0.1, 640, kHeads, 0, 4},
+                      AttnCase{"merge_kernel_groups_ignored", 2, 128, 512, true, 0.1, 16, kHeads, 1, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GpuModel's decode mode: per-row cache buffers (window ring of `win` entries, compressed
