@@ -342,14 +342,10 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
 }
 
 bool GpuModel::grouped_moe_usable(const MoeW& w) const {
-  static const bool forced_reference = [] {
-    const char* v = std::getenv("DSV4_GPU_MOE");
-    return v != nullptr && std::string(v) == "reference";
-  }();
-  const model::ModelConfig& c = config_;
-  return !forced_reference && w.experts.fp4 && c.hidden_size % 256 == 0 &&
-         local_inter() % 256 == 0 && c.n_routed_experts <= 1023 &&
-         c.num_experts_per_tok <= 16;
+  // Decided once at load (gpu_weights.cpp grouped_moe_layout: FP4 experts, supported shapes, not
+  // DSV4_GPU_MOE=reference), where the experts were repacked into the grouped kernels' layout;
+  // the reference path reads the checkpoint layout, so the two must never disagree.
+  return w.grouped_layout;
 }
 
 void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,

@@ -2,10 +2,12 @@
 #include "gpu/gpu_weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "base/check.h"
+#include "gpu/moe_grouped.h"
 #include "gpu/ops.h"
 #include "gpu/pinned_upload.h"
 #include "numerics/formats.h"
@@ -259,6 +261,19 @@ class DummySource : public WeightSource {
   uint64_t seed_, counter_ = 0;
 };
 
+// Whether GpuModel serves this layer's MoE with the grouped kernels (its grouped_moe_usable:
+// the same conditions), so its experts must be repacked: FP4 experts, supported shapes (this
+// rank's intermediate width), and not DSV4_GPU_MOE=reference (the plain path reads the
+// checkpoint layout).
+bool grouped_moe_layout(const model::ModelConfig& cfg, bool fp4, int64_t local_inter) {
+  static const bool forced_reference = [] {
+    const char* v = std::getenv("DSV4_GPU_MOE");
+    return v != nullptr && std::string(v) == "reference";
+  }();
+  return fp4 && !forced_reference &&
+         moe_grouped_supports(cfg.hidden_size, local_inter, cfg.n_routed_experts, cfg.num_experts_per_tok);
+}
+
 void build_hc(WeightSource& src, const std::string& p, int64_t rows, int64_t in, int64_t base_n,
               int64_t scale_n, HcW& hc) {
   src.dense(p + "_fn", rows, in, DType::kF32, hc.fn);
@@ -339,6 +354,16 @@ void build_block(WeightSource& src, const model::ModelConfig& cfg, const std::st
   src.lin8(p + ".ffn.shared_experts.w1", inter, D, rows, m.sw1);
   src.lin8(p + ".ffn.shared_experts.w2", D, inter, cols, m.sw2);
   src.lin8(p + ".ffn.shared_experts.w3", inter, D, rows, m.sw3);
+  // The grouped MoE kernels stream the experts in their stage-tile layout: one in-place repack
+  // per layer on the device, for checkpoint and dummy weights alike (one path, same streams).
+  if (grouped_moe_layout(cfg, x.fp4, li)) {
+    CUDA_CHECK(cudaDeviceSynchronize());  // this layer's uploads (uploader stream) have landed
+    moe_repack_experts(MoeExpertPtrs{x.w1.get(), x.s1.get(), x.w3.get(), x.s3.get(), x.w2.get(), x.s2.get()}, E,
+                       MoeExpertPtrs{m.sw1.w.get(), m.sw1.s.get(), m.sw3.w.get(), m.sw3.s.get(), m.sw2.w.get(),
+                                     m.sw2.s.get()},
+                       static_cast<int>(D), static_cast<int>(li), nullptr);
+    m.grouped_layout = true;
+  }
 }
 
 std::unique_ptr<GpuWeights> build(WeightSource& src, const model::ModelConfig& cfg, int tp_rank, int tp_size) {

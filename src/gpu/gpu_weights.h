@@ -59,6 +59,10 @@ struct MoeW {
   DeviceBuffer<int32_t> tid2eid;  // [vocab, k] (hash routing)
   ExpertsW experts;
   Lin8W sw1, sw2, sw3;  // shared expert
+  // true: experts' w1/w3/w2 (+ FP4 row scales) and sw1/sw3/sw2 hold the grouped MoE kernels'
+  // stage-tile layout (moe_grouped.h), not the checkpoint's: set at load exactly where GpuModel
+  // takes the grouped path (FP4 experts, moe_grouped_supports, DSV4_GPU_MOE != reference).
+  bool grouped_layout = false;
 };
 struct HcW {
   DenseW fn;

@@ -121,17 +121,33 @@ __global__ void hc_head_kernel(const float* __restrict__ streams, const float* _
   weighted_sum(X, pre_s, hc, dim, y + t * dim);
 }
 
-// ---- Fast path (hc = 4, D ≤ 8192, D % 4 == 0): one block of 512 threads per token ----------
-// Thread i holds float4 i, i+512, ... of every stream in registers: one read of the token's
-// streams, the RMS as a fixed-order double block sum, and the weighted sum from registers.
-// The Sinkhorn split runs on one warp, lane i·4+j owning comb[i][j]: a row (column) pass only
-// reads its row (column), so each lane redoes exactly the reference's sequential sum over it
-// (shuffles in index order) and its own division — the same operations in the same order as
-// the single-thread sinkhorn_split, so the results are bit-identical.
-constexpr int kFastHc = 4, kFastThreads = 512, kFastVpt = 4;
+// ---- Fast path (hc = 4, D ≤ 8192, D % 4 == 0): one block per token -----------------------------
+// 16 data warps: thread i holds float4 i, i+512, ... of every stream in registers: one read of
+// the token's streams, the RMS as a fixed-order double block sum, and the weighted sum from
+// registers. A 17th warp computes pre (needed by the weighted sum) and then the Sinkhorn split
+// (post, comb: only hc_post needs them) while the data warps mix and normalize; the data warps
+// sync among themselves on named barrier 1 from then on. The Sinkhorn split runs on that warp,
+// lane i·4+j owning comb[i][j]: a row (column) pass only reads its row (column), so each lane
+// redoes exactly the reference's sequential sum over it (shuffles in index order) and its own
+// division — the same operations in the same order as the single-thread sinkhorn_split, so the
+// results are bit-identical.
+constexpr int kFastHc = 4, kFastData = 512, kFastThreads = kFastData + 32, kFastVpt = 4;
 
+// Block-wide double sum over the data warps only (named barrier 1; the Sinkhorn warp may be busy).
+__device__ __forceinline__ double data_block_sum(double v, double* shared32) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  asm volatile("bar.sync 1, %0;" ::"n"(kFastData) : "memory");
+  if (lane == 0) shared32[warp] = v;
+  asm volatile("bar.sync 1, %0;" ::"n"(kFastData) : "memory");
+  double t = 0.0;
+  for (int i = 0; i < kFastData / 32; ++i) t += shared32[i];
+  return t;
+}
+
+// post and comb of one token (pre: hc_pre_warp, computed first).
 __device__ void sinkhorn_split_warp(const float* mixes_raw_t, float rs, const float* scale, const float* base,
-                                    int iters, float eps, float* pre_s, float* post_t, float* comb_t) {
+                                    int iters, float eps, float* post_t, float* comb_t) {
   constexpr int n = kFastHc;
   const int lane = threadIdx.x & 31;
   const int L = lane & 15, i = L / n, j = L % n;
@@ -163,10 +179,7 @@ __device__ void sinkhorn_split_warp(const float* mixes_raw_t, float rs, const fl
     col_pass();
   }
   if (lane < n * n) comb_t[lane] = c;
-  if (lane < n) {
-    pre_s[lane] = sigmoidf_ref(fmaf(mixes_raw_t[lane] * rs, scale[0], base[lane])) + eps;
-    post_t[lane] = 2.0f * sigmoidf_ref(fmaf(mixes_raw_t[n + lane] * rs, scale[1], base[n + lane]));
-  }
+  if (lane < n) post_t[lane] = 2.0f * sigmoidf_ref(fmaf(mixes_raw_t[n + lane] * rs, scale[1], base[n + lane]));
 }
 
 // Optional fusions (nullptr = off): parts/chunks — the raw mixes arrive as small_out_linear
@@ -197,14 +210,15 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
     mixes_t = mix_s;
   }
   const float4* X = reinterpret_cast<const float4*>(streams + t * hc * dim);
+  const bool data = threadIdx.x < kFastData;  // warp-uniform; the last warp holds zeros
   float4 v[hc][kFastVpt];
   double ss = 0.0;
 #pragma unroll
   for (int s = 0; s < hc; ++s)
 #pragma unroll
     for (int q = 0; q < kFastVpt; ++q) {
-      const int64_t k = threadIdx.x + int64_t(q) * kFastThreads;
-      v[s][q] = k < nvec ? __ldg(X + s * nvec + k) : make_float4(0, 0, 0, 0);
+      const int64_t k = threadIdx.x + int64_t(q) * kFastData;
+      v[s][q] = data && k < nvec ? __ldg(X + s * nvec + k) : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
   for (int s = 0; s < hc; ++s)
@@ -212,15 +226,16 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
     for (int q = 0; q < kFastVpt; ++q) ss = add_squares(ss, v[s][q]);
   ss = block_sum(ss, red);
   const float rs = 1.0f / sqrtf(float(ss / double(hc * dim)) + p.norm_eps);
-  if (threadIdx.x < 32) {
-    if (kHead) {
-      if (threadIdx.x < hc)
-        pre_s[threadIdx.x] = sigmoidf_ref(mixes_t[threadIdx.x] * rs * scale[0] + base[threadIdx.x]) + p.hc_eps;
-    } else {
-      sinkhorn_split_warp(mixes_t, rs, scale, base, p.iters, p.hc_eps, pre_s, post + t * hc, comb + t * hc * hc);
-    }
+  if (threadIdx.x >= kFastData && threadIdx.x < kFastData + hc) {
+    const int i = threadIdx.x - kFastData;
+    pre_s[i] = kHead ? sigmoidf_ref(mixes_t[i] * rs * scale[0] + base[i]) + p.hc_eps
+                     : sigmoidf_ref(fmaf(mixes_t[i] * rs, scale[0], base[i])) + p.hc_eps;
   }
   __syncthreads();
+  if (!data) {  // the Sinkhorn warp: post and comb, concurrently with the data warps
+    if (!kHead) sinkhorn_split_warp(mixes_t, rs, scale, base, p.iters, p.hc_eps, post + t * hc, comb + t * hc * hc);
+    return;
+  }
   const float p0 = pre_s[0], p1 = pre_s[1], p2 = pre_s[2], p3 = pre_s[3];
   float4* xo = reinterpret_cast<float4*>(x + t * dim);
   auto mix = [&](float a, float b, float c, float d) {
@@ -240,12 +255,12 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
     double sn = 0.0;
 #pragma unroll
     for (int q = 0; q < kFastVpt; ++q) sn = add_squares(sn, m[q]);
-    sn = block_sum(sn, red);
+    sn = data_block_sum(sn, red);
     rn = 1.0f / sqrtf(float(sn / double(dim)) + p.norm_eps);
   }
 #pragma unroll
   for (int q = 0; q < kFastVpt; ++q) {
-    const int64_t k = threadIdx.x + int64_t(q) * kFastThreads;
+    const int64_t k = threadIdx.x + int64_t(q) * kFastData;
     if (k >= nvec) continue;
     if (norm_w == nullptr) {
       xo[k] = m[q];
@@ -258,7 +273,7 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
 }
 
 bool hc_fast_ok(int hc, int64_t dim, const void* streams, const void* out) {
-  return hc == kFastHc && dim % 4 == 0 && dim <= int64_t(kFastThreads) * kFastVpt * 4 &&
+  return hc == kFastHc && dim % 4 == 0 && dim <= int64_t(kFastData) * kFastVpt * 4 &&
          (reinterpret_cast<uintptr_t>(streams) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
 }
 

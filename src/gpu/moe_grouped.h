@@ -5,7 +5,9 @@
 // offsets, permutation on the GPU, no host sync), gate+up with fused clamped SwiGLU, routing
 // weight and Q8, down projection, the shared expert (FP8) and the combine
 //   out = bf16( Σ_{ascending expert id} y_e + shared(x) ).
-// Four launches, all sized from T and the preallocated workspace only (CUDA-graph capturable).
+// Four launches, all sized from T and the preallocated workspace only (CUDA-graph capturable);
+// inside a PdlScope they use programmatic dependent launch (pdl.h), the gemm kernels starting
+// their first weight copies before the previous launch finishes.
 // Numerics are cpu::moe_forward's expert math (Lin4 / Lin8 with the reference rounding points).
 #pragma once
 
@@ -17,14 +19,46 @@
 
 namespace dsv4::gpu {
 
-// Device pointers of one expert's matrices in the checkpoint layout.
-//   routed (FP4): w1, w3 I8 [I, D/2], w2 [D, I/2], low nibble first; s1, s3 E8M0 [I, D/32],
+// Device pointers of one expert's matrices (this rank's part: I = its intermediate rows), in
+// the stage-tile layout below (moe_repack_experts writes it from the checkpoint layout).
+//   routed (FP4): w1, w3 [I, D/2] bytes, w2 [D, I/2], low nibble first; s1, s3 E8M0 [I, D/32],
 //                 s2 [D, I/32].
 //   shared (FP8): w1, w3 e4m3 [I, D], w2 [D, I]; scales E8M0 [ceil(out/128), ceil(in/128)].
 // Every pointer must be 16-byte aligned (the scales 8-byte aligned).
+//
+// Stage-tile layout (what the kernels stream; same bytes and sizes as the checkpoint's, so
+// per-expert offsets into contiguous [E, ...] tensors are unchanged). A weight matrix of R rows
+// and row_bytes bytes (FP4: in/2, FP8: in) is cut into tiles of h rows and K stages of 256
+// inputs (rb = 128 B of a row for FP4, 256 B for FP8). Block (tile i, stage s) is h·rb
+// contiguous bytes at offset (i·S + s)·h·rb, S = row_bytes/rb, so a tile's whole K is one run;
+// inside a block, row r's 16-byte granule j sits at r·rb + (j ^ (r & 7))·16 (the kernels'
+// shared-memory swizzle, so a stage lands in shared memory as a straight copy).
+//   h: routed w1, w3 16 and w2 32; shared w1, w3 8 and w2 16. One stage of a warp item is then
+//   4 KB: 2 KB of w1 + 2 KB of w3 (gate+up), or 4 KB of w2 (down).
+//   FP4 row scales [R, in/32]: the same tiles and stages, block (i, s) = h rows × 8 bytes
+//   (row-major, at (i·S + s)·h·8). FP8 block scales stay in the checkpoint layout.
+// Only the grouped kernels read this layout (GpuModel's reference MoE path reads the
+// checkpoint layout: weights are repacked only where the grouped path runs).
 struct MoeExpertPtrs {
   const uint8_t *w1 = nullptr, *s1 = nullptr, *w3 = nullptr, *s3 = nullptr, *w2 = nullptr, *s2 = nullptr;
 };
+
+// Rewrites, in place on `stream`, checkpoint-layout weights into the stage-tile layout, once at
+// load (GpuWeights, after a layer's expert upload or dummy fill; tests and benchmarks after
+// building theirs). routed: `count` routed experts stored contiguously per matrix (expert e's
+// w1 at routed.w1 + e·I·D/2, s1 at routed.s1 + e·I·D/32, ... as GpuWeights' ExpertsW; count 1
+// for one expert's own buffers; 0 or routed.w1 == nullptr: none). shared: the FP8 shared
+// expert (w1 == nullptr: none). hidden = D and inter = I (this rank's part) multiples of 256.
+// A pure byte permutation per matrix; returns once the stream is idle (uses a temporary
+// device buffer of at most 64 MiB). Not graph-capturable (load time only).
+void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExpertPtrs& shared, int hidden,
+                        int inter, cudaStream_t stream);
+
+// Whether the grouped kernels serve these shapes (GpuModel falls back to its reference MoE
+// otherwise): hidden and this rank's inter multiples of 256, experts ≤ 1023, top_k ≤ 16.
+inline bool moe_grouped_supports(int64_t hidden, int64_t inter, int64_t experts, int64_t top_k) {
+  return hidden % 256 == 0 && inter % 256 == 0 && experts >= 1 && experts <= 1023 && top_k >= 0 && top_k <= 16;
+}
 
 struct MoeGroupedShape {
   int max_tokens = 256;
@@ -65,13 +99,15 @@ struct MoeGroupedArgs {
   float* out = nullptr;                     // [T, D] bf16 values
 };
 
-// Enqueues the four launches on `stream`; returns immediately.
+// Enqueues the four launches on `stream`; returns immediately. The expert weights must be in
+// the stage-tile layout (moe_repack_experts).
 void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cudaStream_t stream);
 
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the two GEMM
-// launches — 0: 8 warps × 4-stage rings (default), 1: 11 warps × 3-stage rings; 2 and 3:
-// the same two streaming the weights without the math (diagnostic only: wrong results, so
-// refused unless allow_diagnostic).
+// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below; 1: 11 warps ×
+// 3-stage rings; 4: 16 × 2; 7: 8 × 4. Diagnostics (wrong results, so refused unless
+// allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 11 × 3 and 16 × 2 without the
+// math; 6 runs 8 × 4's math without the weight copies.
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
 }  // namespace dsv4::gpu

@@ -5,7 +5,8 @@
 // timing of 20 layers per replay, median / min / max over 15 replays.
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
-// Usage: moe_grouped_bench [replays] [variants: e.g. 01]
+// Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
+// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..h = 0..7 with PDL]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/moe_grouped.h"
+#include "gpu/pdl.h"
 
 using namespace dsv4::gpu;
 
@@ -49,7 +51,10 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
 
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
-  const char* variants = argc > 2 ? argv[2] : "01";  // 2, 3: load-only diagnostics
+  // 0..7: moe_grouped_set_pipeline variants (2, 3, 5: load-only, 6: math-only diagnostics);
+  // a..h: the same under programmatic dependent launch (PdlScope, as GpuModel's small decode
+  // passes).
+  const char* variants = argc > 2 ? argv[2] : "0a1";
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int drv = 0, rt = 0;
@@ -79,6 +84,9 @@ int main(int argc, char** argv) {
     fill(b, 3 * sw, 77 + c, 2);
     fill(b + 3 * sw, 3 * 1024, 99 + c, 1);
   }
+  // The kernels' stage-tile layout (random bytes permuted: the same streams as real weights).
+  for (int e = 0; e < E; ++e) moe_repack_experts(ptrs[e], 1, MoeExpertPtrs{}, D, I, nullptr);
+  for (int c = 0; c < NSH; ++c) moe_repack_experts(MoeExpertPtrs{}, 0, sh[c], D, I, nullptr);
   DeviceBuffer<MoeExpertPtrs> dptrs;
   dptrs.upload(ptrs);
   // HBM read probe over the 3.4 GB of expert weights.
@@ -100,9 +108,11 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
   for (const char* v = variants; *v; ++v) {
-    moe_grouped_set_pipeline(*v - '0', /*allow_diagnostic=*/true);
+    const bool pdl = *v >= 'a';
+    moe_grouped_set_pipeline(pdl ? *v - 'a' : *v - '0', /*allow_diagnostic=*/true);
+    PdlScope pdl_scope(pdl);
     rng.seed(7);  // the same routing sets for every variant
-    std::printf("pipeline variant %c\n", *v);
+    std::printf("pipeline variant %c%s\n", pdl ? *v - 'a' + '0' : *v, pdl ? " (PDL)" : "");
     std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",
                 "GB/s", "%HBM");
     const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};

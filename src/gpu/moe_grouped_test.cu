@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "gpu/cuda_check.h"
 #include "base/check.h"
 #include "gpu/moe_grouped.h"
+#include "gpu/pdl.h"
 #include "model/make_tiny.h"
 #include "numerics/formats.h"
 
@@ -109,6 +111,7 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
     const size_t b = dbufs.size() - 6;
     ptrs[e] = MoeExpertPtrs{dbufs[b].get(), dbufs[b + 1].get(), dbufs[b + 2].get(),
                             dbufs[b + 3].get(), dbufs[b + 4].get(), dbufs[b + 5].get()};
+    moe_repack_experts(ptrs[e], 1, MoeExpertPtrs{}, D, I, nullptr);  // the kernels' stage-tile layout
   }
   const float fp8_std = 1.0f / std::sqrt(float(D));
   HostFp8 s1 = random_fp8(I, D, fp8_std, rng), s3 = random_fp8(I, D, fp8_std, rng);
@@ -171,20 +174,42 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   a.ids = dids.get();
   a.weights = dw.get();
   a.experts = dptrs.get();
-  if (c.shared) a.shared = MoeExpertPtrs{d1.get(), d1s.get(), d3.get(), d3s.get(), d2.get(), d2s.get()};
+  if (c.shared) {
+    a.shared = MoeExpertPtrs{d1.get(), d1s.get(), d3.get(), d3s.get(), d2.get(), d2s.get()};
+    moe_repack_experts(MoeExpertPtrs{}, 0, a.shared, D, I, nullptr);
+  }
   a.out = out.get();
-  // Pipelines 0 and 1, each twice: the arrival counters must reset themselves, and every run
-  // must give the same bits whatever the CTA shape (each output column runs the same math).
+  // Pipelines 0 (default) and 1, each twice, then 0, 1 and 4 (16 warps × 2 stages) plain and
+  // under programmatic dependent launch (on a non-default stream, two forwards back to back),
+  // and 7 (8 warps × 4 stages; 0 picks 4 or 7 by T): the arrival counters
+  // must reset themselves, and every run must give the same bits whatever the CTA shape, copy
+  // kind or launch mode (each output column runs the same math).
+  struct Run {
+    int pipeline;
+    bool pdl;
+  };
+  const Run runs[] = {{0, false}, {0, false}, {1, false}, {1, false}, {0, true},
+                      {1, true},  {4, false}, {4, true},  {7, false}};
   std::vector<float> first;
-  for (int rep = 0; rep < 4; ++rep) {
-    moe_grouped_set_pipeline(rep / 2);
-    moe_grouped_forward(a, ws, nullptr);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int rep = 0; rep < int(std::size(runs)); ++rep) {
+    moe_grouped_set_pipeline(runs[rep].pipeline);
+    if (!runs[rep].pdl) {
+      moe_grouped_forward(a, ws, nullptr);
+    } else {
+      PdlScope pdl(true);
+      out.fill_bytes(0);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      moe_grouped_forward(a, ws, st);
+      moe_grouped_forward(a, ws, st);
+    }
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> got = out.download();
     if (first.empty()) first = got;
     size_t same = 0;
     for (size_t i = 0; i < got.size(); ++i) same += std::memcmp(&got[i], &first[i], 4) == 0;
-    EXPECT_EQ(same, got.size()) << "pipeline " << rep / 2 << " differs from the first run";
+    EXPECT_EQ(same, got.size()) << "run " << rep << " differs from the first run";
     size_t exact = 0, bad = 0;
     int max_ulp = 0;
     for (int t = 0; t < T; ++t) {
@@ -201,14 +226,15 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
         if (!(std::fabs(double(g) - w) <= tol)) ++bad;
       }
     }
-    std::printf("pipeline %d T=%d D=%d I=%d E=%d k=%d routing=%d: exact %zu/%zu (%.5f), max ulp %d, "
-                "beyond tol %zu, clamped (tok0) %d\n",
-                rep / 2, T, D, I, E, K, c.routing, exact, got.size(), double(exact) / got.size(), max_ulp, bad,
-                clamped);
+    std::printf("run %d (pipeline %d%s) T=%d D=%d I=%d E=%d k=%d routing=%d: exact %zu/%zu (%.5f), "
+                "max ulp %d, beyond tol %zu, clamped (tok0) %d\n",
+                rep, runs[rep].pipeline, runs[rep].pdl ? ", PDL" : "", T, D, I, E, K, c.routing, exact,
+                got.size(), double(exact) / got.size(), max_ulp, bad, clamped);
     EXPECT_EQ(bad, 0u);
     EXPECT_GE(double(exact) / got.size(), 0.99);
   }
   moe_grouped_set_pipeline(0);
+  CUDA_CHECK(cudaStreamDestroy(st));
   if (c.scale_base >= -3) EXPECT_GT(clamped, 0);
 }
 
@@ -216,7 +242,11 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
 TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
   EXPECT_THROW(moe_grouped_set_pipeline(2), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(3), dsv4::Error);
-  EXPECT_THROW(moe_grouped_set_pipeline(4, true), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(5), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(6), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(8, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(7));
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(4));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(2, true));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(1));
   moe_grouped_set_pipeline(0);

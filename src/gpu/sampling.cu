@@ -29,7 +29,10 @@ constexpr int kCap = 2048;                   // keys gathered into shared memory
 constexpr float kMassScale = 4294967296.0f;  // 2^32: mass of p = round(p · 2^32)
 
 struct Smem {
-  unsigned long long hist[kCopies * kCopyStride];  // weight per (lane copy, bucket)
+  // Mass per (lane copy, bucket) as two exact 32-bit halves (bits 16+ and bits 0..15 of each
+  // weight ≤ 2^32; a copy sums ≤ 32 · 128 weights): 32-bit shared atomics only.
+  unsigned int hist_hi[kCopies * kCopyStride];
+  unsigned int hist_lo[kCopies * kCopyStride];
   unsigned int cnt[kCopies * kCopyStride];         // keys per (lane copy, bucket)
   unsigned int bucket_cnt[kBuckets];
   unsigned long long key[kCap];
@@ -167,14 +170,16 @@ __device__ Crossing find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& s
   for (;;) {
     const int bits = min(kLevelBits, 64 - done), shift = 64 - done - bits, nb = 1 << bits;
     for (int i = threadIdx.x; i < kCopies * kCopyStride; i += kThreads)
-      sm.hist[i] = 0, sm.cnt[i] = 0;
+      sm.hist_hi[i] = 0, sm.hist_lo[i] = 0, sm.cnt[i] = 0;
     __syncthreads();
     const int copy = (threadIdx.x & 31) * kCopyStride;
     visit<K, W>(r, lo, [&](uint64_t key, unsigned long long w) {
       if (done > 0 && (key >> (64 - done)) != prefix) return;
       const uint32_t b = uint32_t(key >> shift) & uint32_t(nb - 1);
-      if constexpr (W == Weight::kMass)
-        atomicAdd(&sm.hist[copy + b], w);  // counts: the weight is cnt
+      if constexpr (W == Weight::kMass) {  // counts: the weight is cnt
+        atomicAdd(&sm.hist_hi[copy + b], unsigned(w >> 16));
+        atomicAdd(&sm.hist_lo[copy + b], unsigned(w & 0xffffu));
+      }
       atomicAdd(&sm.cnt[copy + b], 1u);
     });
     __syncthreads();
@@ -183,8 +188,11 @@ __device__ Crossing find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& s
     if (int(threadIdx.x) < nb) {
       const int b = nb - 1 - int(threadIdx.x);
       unsigned int c = 0;
-      for (int q = 0; q < kCopies; ++q)
-        s += sm.hist[q * kCopyStride + b], c += sm.cnt[q * kCopyStride + b];
+      for (int q = 0; q < kCopies; ++q) {
+        const int i = q * kCopyStride + b;
+        s += (static_cast<unsigned long long>(sm.hist_hi[i]) << 16) + sm.hist_lo[i];
+        c += sm.cnt[i];
+      }
       sm.bucket_cnt[b] = c;
       if constexpr (W == Weight::kCount) s = c;
     }

@@ -3,6 +3,7 @@
 // positions per expert (the shared expert's listed twice), at most P/8 + E + 2 + ⌈T/8⌉.
 #include "gpu/moe_grouped.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "gpu/sm90_moe_fp4.cuh"
@@ -20,20 +21,22 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // Phases 1/2 CTA shape (moe_grouped_set_pipeline).
 std::atomic<int> g_pipeline{0};
 
-template <moe4::GemmShape kS, bool kLoadOnly>
+template <moe4::GemmShape kS, int kDiag>
 void set_smem_attr() {
-  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kLoadOnly>,
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
-  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kLoadOnly>,
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
 }
 
-template <moe4::GemmShape kS, bool kLoadOnly>
+// launch_pdl: programmatic dependent launch inside a PdlScope (GpuModel's small decode
+// passes), a plain stream-ordered launch otherwise.
+template <moe4::GemmShape kS, int kDiag>
 void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
-  moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kLoadOnly><<<grid, kS.warps * 32, kS.smem(), stream>>>(p);
-  CUDA_CHECK_LAUNCH();
-  moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kLoadOnly><<<grid, kS.warps * 32, kS.smem(), stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag>, dim3(grid), dim3(kS.warps * 32),
+             kS.smem(), stream, p);
+  launch_pdl(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag>, dim3(grid), dim3(kS.warps * 32),
+             kS.smem(), stream, p);
 }
 
 // SMs of the current device; also sets the kernels' shared-memory limit, once per device
@@ -45,15 +48,72 @@ int sm_count() {
   CUDA_CHECK(cudaGetDevice(&dev));
   call_once_per_device(flags, [dev] {
     CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
-    set_smem_attr<moe4::kShape8x4, false>();
-    set_smem_attr<moe4::kShape11x3, false>();
-    set_smem_attr<moe4::kShape8x4, true>();
-    set_smem_attr<moe4::kShape11x3, true>();
+    using namespace moe4;
+    set_smem_attr<kShape8x4, kDiagNone>();
+    set_smem_attr<kShape11x3, kDiagNone>();
+    set_smem_attr<kShape16x2, kDiagNone>();
+    set_smem_attr<kShape8x4, kDiagLoadOnly>();
+    set_smem_attr<kShape11x3, kDiagLoadOnly>();
+    set_smem_attr<kShape16x2, kDiagLoadOnly>();
+    set_smem_attr<kShape8x4, kDiagMathOnly>();
   });
   return counts[dev];
 }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+// Stage-tile repack (layout in moe_grouped.h), src → dst (distinct buffers), over `rows` rows
+// (a multiple of h) of row16 16-byte granules each, stages of rb16 granules.
+//   dst granule ((i·S + s)·h + r)·rb16 + q  ←  src granule (i·h + r)·row16 + s·rb16 + (q ^ (r & 7)).
+__global__ void repack_rows_kernel(uint4* dst, const uint4* src, int64_t rows, int row16, int h, int rb16) {
+  const int S = row16 / rb16;
+  const int64_t n = rows * row16;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t blk = o / (h * rb16);
+    const int rem = int(o - blk * h * rb16), r = rem / rb16, q = rem - r * rb16;
+    const int64_t i = blk / S;
+    const int s = int(blk - i * S);
+    dst[o] = src[(i * h + r) * row16 + int64_t(s) * rb16 + (q ^ (r & 7))];
+  }
+}
+// FP4 row scales: 8-byte units (one 256-K stage of a row): dst unit (i·S + s)·h + r ← src (i·h + r)·S + s.
+__global__ void repack_scales_kernel(uint2* dst, const uint2* src, int64_t rows, int S, int h) {
+  const int64_t n = rows * S;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t blk = o / h;
+    const int r = int(o - blk * h);
+    const int64_t i = blk / S;
+    const int s = int(blk - i * S);
+    dst[o] = src[(i * h + r) * S + s];
+  }
+}
+
+// In-place repack of a [rows, row_bytes] array through `scratch`, rows cut at multiples of h.
+// unit = 16 (weights: swizzled stage tiles, stage = stage_bytes) or 8 (FP4 scales).
+void repack_in_place(uint8_t* data, int64_t rows, int64_t row_bytes, int h, int stage_bytes, int unit,
+                     DeviceBuffer<uint8_t>& scratch, cudaStream_t stream) {
+  DSV4_CHECK(rows % h == 0 && row_bytes % stage_bytes == 0 && reinterpret_cast<uintptr_t>(data) % unit == 0,
+             "grouped MoE repack: ", rows, " rows of ", row_bytes, " B do not cut into ", h, "-row tiles of ",
+             stage_bytes, " B stages (or misaligned)");
+  const int64_t step = std::max<int64_t>(h, int64_t(scratch.size()) / row_bytes / h * h);
+  DSV4_CHECK(step * row_bytes <= int64_t(scratch.size()), "grouped MoE repack: scratch too small");
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const int64_t n = std::min(step, rows - r0);
+    uint8_t* p = data + r0 * row_bytes;
+    CUDA_CHECK(cudaMemcpyAsync(scratch.get(), p, size_t(n * row_bytes), cudaMemcpyDeviceToDevice, stream));
+    const int64_t units = n * row_bytes / unit;
+    const unsigned blocks = unsigned(std::min<int64_t>((units + 255) / 256, 4096));
+    if (unit == 16)
+      repack_rows_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<uint4*>(p),
+                                                     reinterpret_cast<const uint4*>(scratch.get()), n,
+                                                     int(row_bytes / 16), h, stage_bytes / 16);
+    else
+      repack_scales_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<uint2*>(p),
+                                                       reinterpret_cast<const uint2*>(scratch.get()), n,
+                                                       int(row_bytes / stage_bytes), h);
+    CUDA_CHECK_LAUNCH();
+  }
+}
 
 }  // namespace
 
@@ -85,10 +145,38 @@ size_t MoeGroupedWorkspace::bytes() const {
          y_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
 }
 
+void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExpertPtrs& shared, int hidden,
+                        int inter, cudaStream_t stream) {
+  DSV4_CHECK(hidden % 256 == 0 && inter % 256 == 0, "grouped MoE repack: hidden ", hidden, " and inter ", inter,
+             " must be multiples of 256");
+  const int64_t D = hidden, I = inter;
+  const bool has_routed = count > 0 && routed.w1 != nullptr, has_shared = shared.w1 != nullptr;
+  if (!has_routed && !has_shared) return;
+  // Scratch: at most 64 MiB, at least one tile row band of the widest matrix.
+  const int64_t need = std::max(has_routed ? count * I * D / 2 : 0, has_shared ? I * D : 0);
+  const int64_t scratch_bytes = std::max<int64_t>(std::min<int64_t>(need, int64_t(64) << 20), 32 * std::max(D, I));
+  DeviceBuffer<uint8_t> scratch(static_cast<size_t>(scratch_bytes));
+  auto mut = [](const uint8_t* p) { return const_cast<uint8_t*>(p); };
+  if (has_routed) {  // FP4: w1/w3 [count·I, D/2] tiles of 16 rows, w2 [count·D, I/2] tiles of 32
+    for (const uint8_t* w : {routed.w1, routed.w3})
+      repack_in_place(mut(w), count * I, D / 2, 16, 128, 16, scratch, stream);
+    for (const uint8_t* s : {routed.s1, routed.s3})
+      repack_in_place(mut(s), count * I, D / 32, 16, 8, 8, scratch, stream);
+    repack_in_place(mut(routed.w2), count * D, I / 2, 32, 128, 16, scratch, stream);
+    repack_in_place(mut(routed.s2), count * D, I / 32, 32, 8, 8, scratch, stream);
+  }
+  if (has_shared) {  // FP8: w1/w3 [I, D] tiles of 8 rows, w2 [D, I] tiles of 16; block scales as they are
+    for (const uint8_t* w : {shared.w1, shared.w3})
+      repack_in_place(mut(w), I, D, 8, 256, 16, scratch, stream);
+    repack_in_place(mut(shared.w2), D, I, 16, 256, 16, scratch, stream);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch goes
+}
+
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
-  DSV4_CHECK(variant >= 0 && variant <= 3, "grouped MoE: unknown pipeline variant ", variant);
-  DSV4_CHECK(variant <= 1 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
-             " streams weights without the math (wrong results); benchmarks pass allow_diagnostic");
+  DSV4_CHECK(variant >= 0 && variant <= 7, "grouped MoE: unknown pipeline variant ", variant);
+  DSV4_CHECK(variant <= 1 || variant == 4 || variant == 7 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
+             " is a diagnostic (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
 }
 
@@ -130,16 +218,21 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   p.y = ws.y_.get();
   p.out = a.out;
   const int grid = sm_count();
-  moe4::moe_group_kernel<<<p.T + 1, 1024, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
-  switch (g_pipeline.load(std::memory_order_relaxed)) {
-    case 1: launch_gemms<moe4::kShape11x3, false>(p, grid, stream); break;
-    case 2: launch_gemms<moe4::kShape8x4, true>(p, grid, stream); break;
-    case 3: launch_gemms<moe4::kShape11x3, true>(p, grid, stream); break;
-    default: launch_gemms<moe4::kShape8x4, false>(p, grid, stream);
+  launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
+  // Default: 16 warps × 2-stage rings from 8 tokens (H200: −9 % at T=8, −12 % at T=256 against
+  // 8 × 4), 8 × 4 below (equal at T=1, better on the shared expert alone; docs/moe-grouped.md).
+  int variant = g_pipeline.load(std::memory_order_relaxed);
+  if (variant == 0) variant = p.T >= 8 ? 4 : 7;
+  switch (variant) {
+    case 1: launch_gemms<moe4::kShape11x3, moe4::kDiagNone>(p, grid, stream); break;
+    case 2: launch_gemms<moe4::kShape8x4, moe4::kDiagLoadOnly>(p, grid, stream); break;
+    case 3: launch_gemms<moe4::kShape11x3, moe4::kDiagLoadOnly>(p, grid, stream); break;
+    case 4: launch_gemms<moe4::kShape16x2, moe4::kDiagNone>(p, grid, stream); break;
+    case 5: launch_gemms<moe4::kShape16x2, moe4::kDiagLoadOnly>(p, grid, stream); break;
+    case 6: launch_gemms<moe4::kShape8x4, moe4::kDiagMathOnly>(p, grid, stream); break;
+    default: launch_gemms<moe4::kShape8x4, moe4::kDiagNone>(p, grid, stream);  // 7
   }
-  moe4::moe_combine_kernel<<<p.T, 256, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(moe4::moe_combine_kernel, dim3(p.T, (p.D + 1023) / 1024), dim3(256), 0, stream, p);
 }
 
 }  // namespace dsv4::gpu

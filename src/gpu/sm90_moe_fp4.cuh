@@ -15,6 +15,9 @@
 //     counter) Q8-quantizes it.
 //  2. down: same mainloop over w2, item = (chunk, 32 D-rows), output bf16(acc) per position.
 //  3. combine: per token, Σ over its experts in ascending id (fp32) + shared, one bf16 round.
+// Weights come in the stage-tile layout (moe_grouped.h): a warp's stage is contiguous 2 KB /
+// 4 KB blocks, copied straight into its ring slot. Under programmatic dependent launch the
+// gemm kernels start their first item's weight copies before the previous launch completes.
 // The shared expert (FP8 weights, 128×128 scales) runs in phases 1/2 as extra chunks, each
 // listed twice (two halves of the output rows) with half-height items (8 w1 + 8 w3 rows packed
 // in one m-tile; 16 w2 rows), so its items stream the same 64 / 32 KB as a routed item and a
@@ -33,6 +36,7 @@
 #include <cstdint>
 
 #include "gpu/device_math.cuh"
+#include "gpu/pdl.cuh"
 
 namespace dsv4::gpu::moe4 {
 
@@ -49,6 +53,10 @@ struct GemmShape {
 };
 constexpr GemmShape kShape8x4{8, 4};    // 206,848 B
 constexpr GemmShape kShape11x3{11, 3};  // 213,312 B
+constexpr GemmShape kShape16x2{16, 2};  // 206,848 B: the same bytes in flight, twice the warps
+// Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
+// math without the weight copies.
+constexpr int kDiagNone = 0, kDiagLoadOnly = 1, kDiagMathOnly = 2;
 
 // One expert's matrices in the checkpoint layout. Routed (FP4): w1/w3 [I, D/2], w2 [D, I/2]
 // packed low-nibble-first, scales [out, in/32] E8M0. Shared (FP8): w [out, in] e4m3, scales
@@ -87,6 +95,9 @@ struct Params {
   float* y;                   // [P+T, D] expert outputs (bf16 values)
   float* out;                 // [T, D]
 };
+
+// Chunks of the shared expert for T tokens: ⌈T/8⌉ chunks, each listed twice (two row halves).
+__host__ __device__ __forceinline__ int shared_chunks(int T) { return 2 * ((T + kTok - 1) / kTok); }
 
 __device__ __forceinline__ int mma_layout_offset(int k) {
   const int kb = (k >> 5) & 7, w = k & 31;
@@ -179,6 +190,8 @@ __device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8
 // blockDim = 1024.
 __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__ Params p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  pdl_wait();  // x, ids, weights come from earlier kernels; the gate+up grid may launch now
+  pdl_trigger();
   if (blockIdx.x < unsigned(p.T)) {
     const int t = blockIdx.x;
     for (int qb = warp; qb < p.D / 128; qb += 32) {
@@ -197,9 +210,12 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
   __syncthreads();
   for (int s = tid; s < S; s += blockDim.x) atomicAdd(&cnt[min(max(p.ids[s], 0), E - 1)], 1);
   __syncthreads();
-  // Block-wide exclusive scan of cnt and of the chunk counts (one entry per thread).
-  // Chunks per expert; the shared expert's (tid == E) twice: its two halves of the rows.
-  int c = tid <= E ? cnt[tid] : 0, nc = (c + kTok - 1) / kTok * (tid == E ? 2 : 1);
+  // Block-wide exclusive scan of cnt and of the routed chunk counts (one entry per thread).
+  // The shared expert's chunks (tid == E, each twice: its two halves of the rows) come first,
+  // at indices 0..shared_chunks(T)−1 whatever the routing (the gate+up kernel starts their
+  // weight copies before the grid dependency resolves), so they stay out of the chunk scan.
+  const int nsc = p.has_shared ? shared_chunks(p.T) : 0;
+  int c = tid <= E ? cnt[tid] : 0, nc = tid < E ? (c + kTok - 1) / kTok : 0;
   int ic = c, inc = nc;
   for (int o = 1; o < 32; o <<= 1) {
     const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, inc, o);
@@ -229,8 +245,8 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
   const int base0 = warp ? wsum[0][warp - 1] : 0, base1 = warp ? wsum[1][warp - 1] : 0;
   if (tid <= E) {
     off[tid] = base0 + ic - c;
-    choff[tid] = base1 + inc - nc;
-    if (tid == E) *p.num_chunks = base1 + inc;
+    choff[tid] = tid == E ? 0 : nsc + base1 + inc - nc;
+    if (tid == E) *p.num_chunks = nsc + base1 + inc;
   }
   __syncthreads();
   for (int s = tid; s < S; s += blockDim.x) {
@@ -245,11 +261,59 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
       p.pos_token[off[E] + t] = t;
       p.pos_weight[off[E] + t] = 1.0f;
     }
+  if (tid == E) nc = nsc;
   if (tid <= E)
     for (int j = 0; j < nc; ++j) {
       const int q = tid == E ? j >> 1 : j;  // shared: chunk q, half j & 1
       p.chunks[choff[tid] + j] = Chunk{tid + (tid == E ? j & 1 : 0), off[tid] + q * kTok, min(kTok, c - q * kTok)};
     }
+}
+
+// Weight source of one warp item in the stage-tile layout (moe_grouped.h): stage s of the
+// item's A rows is the contiguous block wA + s·kBlk, of its B rows (gate+up: w3) wB + s·kBlk;
+// FP4 row scales likewise at sA/sB + s·kSBlk. kBlk = 2 KB (gate+up halves) or 4 KB (down).
+struct ItemWeights {
+  const uint8_t *wA, *wB, *sA, *sB;
+};
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ int item_row0(const Params& p, int expert, int tile) {
+  // First output row of the item (FP8: tiles of the two halves follow each other).
+  return kFp8 ? ((expert - p.E) * (kUp ? p.I / 16 : p.D / 32) + tile) * (kUp ? 8 : 16) : (kUp ? tile * 16 : tile * 32);
+}
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ ItemWeights item_weights(const Params& p, const ExpertPtrs& ex, int row0) {
+  constexpr int kBlk = kUp ? 2048 : 4096, kSBlk = kUp ? 128 : 256;
+  const int K = kUp ? p.D : p.I, nst = K / 256;
+  const int ti = row0 / (kFp8 ? (kUp ? 8 : 16) : (kUp ? 16 : 32));  // tile of the stage-tile layout
+  ItemWeights w;
+  w.wA = (kUp ? ex.w1 : ex.w2) + size_t(ti) * nst * kBlk;
+  w.wB = kUp ? ex.w3 + size_t(ti) * nst * kBlk : w.wA;
+  if constexpr (kFp8) {  // block-row scales (read per 128-K block by the mainloop)
+    const int rowblk = row0 / 128 * (K / 128);
+    w.sA = (kUp ? ex.s1 : ex.s2) + rowblk;
+    w.sB = kUp ? ex.s3 + rowblk : w.sA;
+  } else {
+    w.sA = (kUp ? ex.s1 : ex.s2) + size_t(ti) * nst * kSBlk;
+    w.sB = kUp ? ex.s3 + size_t(ti) * nst * kSBlk : w.sA;
+  }
+  return w;
+}
+// cp.async of stage s's 4 KB of weights (+ FP4 row scales) into ring slot st: consecutive
+// lanes copy consecutive 16-byte granules of the contiguous blocks (already swizzled).
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ void issue_weights(const ItemWeights& w, int s, uint8_t* st, int lane) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = lane + 32 * i;  // granule of the stage (0..255)
+    const uint8_t* src = kUp ? (i < 4 ? w.wA + s * 2048 + q * 16 : w.wB + s * 2048 + (q - 128) * 16)
+                             : w.wA + s * 4096 + q * 16;
+    cp16(st + kStageW + q * 16, src);
+  }
+  if constexpr (!kFp8) {
+    if (lane < 16)
+      cp16(st + kStageWs + lane * 16, kUp ? (lane < 8 ? w.sA + s * 128 + lane * 16 : w.sB + s * 128 + (lane - 8) * 16)
+                                          : w.sA + s * 256 + lane * 16);
+  }
 }
 
 // One warp item of phase 1 (kUp) or phase 2 over the whole K, 8 token slots, kNs-stage
@@ -260,29 +324,17 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
 // So both kinds stream the same bytes per item (balanced at batch 1). `sub` selects the FP8
 // half of the rows (shared chunks appear twice, expert E and E+1). Only the chunk's live
 // tokens (ch.n) are copied; the stale slots only feed MMA columns that are never stored.
-template <bool kUp, bool kFp8, int kNs, bool kLoadOnly>
+// w_pre: the weights of stages 0..kNs−2 were already issued as one commit group (the
+// kernel's prologue before the grid dependency resolved).
+template <bool kUp, bool kFp8, int kNs, int kDiag>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* sm,
-                                         int lane) {
+                                         int lane, bool w_pre) {
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
   const int K = kUp ? p.D : p.I;
-  const int rb = kFp8 ? K : K / 2;                 // weight row bytes
   const int nst = K / 256;                         // stages (256 K each)
-  // First output row of the item (FP8: tiles of the two halves follow each other).
-  const int row0 = kFp8 ? ((ch.expert - p.E) * (kUp ? p.I / 16 : p.D / 32) + tile) * (kUp ? 8 : 16)
-                        : (kUp ? tile * 16 : tile * 32);
-  const uint8_t *wA, *wB, *sA, *sB;  // rows of A/B halves; FP4: row scales, FP8: block-row scales
-  if constexpr (kFp8) {
-    wA = (kUp ? ex.w1 : ex.w2) + size_t(row0) * rb;
-    wB = kUp ? ex.w3 + size_t(row0) * rb : wA + size_t(8) * rb;
-    const int rowblk = row0 / 128 * (K / 128);
-    sA = (kUp ? ex.s1 : ex.s2) + rowblk;
-    sB = kUp ? ex.s3 + rowblk : sA;
-  } else {
-    wA = (kUp ? ex.w1 : ex.w2) + size_t(row0) * rb;
-    wB = kUp ? ex.w3 + size_t(row0) * rb : wA + size_t(16) * rb;
-    sA = (kUp ? ex.s1 : ex.s2) + size_t(row0) * (K / 32);
-    sB = kUp ? ex.s3 + size_t(row0) * (K / 32) : sA + 16 * (K / 32);
-  }
+  const int row0 = item_row0<kUp, kFp8>(p, ch.expert, tile);
+  const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, row0);
+  const uint8_t *sA = iw.sA, *sB = iw.sB;  // FP8: block-row scales
   // Activation rows this lane copies: token slots lane/16 + 2i.
   auto act_row = [&](int i) { return kUp ? p.pos_token[ch.pos + min(i, ch.n - 1)] : ch.pos + min(i, ch.n - 1); };
   const uint8_t* arow[4];
@@ -290,27 +342,10 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   for (int i = 0; i < 4; ++i) arow[i] = (kUp ? p.xq : p.hq) + size_t(act_row((lane >> 4) + 2 * i)) * K;
   const float* srow = (kUp ? p.xs : p.hs) + size_t(act_row(lane & 7)) * (K / 128);
 
-  auto issue = [&](int s) {
+  auto issue = [&](int s, bool weights) {
     if (s < nst) {
       uint8_t* st = sm + (s % kNs) * kStageBytes;
-      if constexpr (kFp8) {
-        const int j = lane & 15;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // row r = lane/16 + 2i (0..15), 16-byte granule j (0..15)
-          const int r = (lane >> 4) + 2 * i;
-          const uint8_t* src = (r < 8 ? wA + size_t(r) * rb : wB + size_t(r - 8) * rb) + s * 256 + j * 16;
-          cp16(st + kStageW + r * 256 + ((j ^ (r & 7)) << 4), src);
-        }
-      } else {
-        const int j = lane & 7;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // row r = lane/8 + 4i (0..31), 16-byte granule j (0..7)
-          const int r = (lane >> 3) + 4 * i;
-          const uint8_t* src = (r < 16 ? wA + size_t(r) * rb : wB + size_t(r - 16) * rb) + s * 128 + j * 16;
-          cp16(st + kStageW + r * 128 + ((j ^ (r & 7)) << 4), src);
-        }
-        cp8(st + kStageWs + lane * 8, (lane < 16 ? sA + lane * (K / 32) : sB + (lane - 16) * (K / 32)) + s * 8);
-      }
+      if (weights && kDiag != kDiagMathOnly) issue_weights<kUp, kFp8>(iw, s, st, lane);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tk = (lane >> 4) + 2 * i, q = lane & 15;
@@ -326,12 +361,12 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   float cur_a = 1.0f, cur_b = 1.0f;
   const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int s = 0; s < kNs - 1; ++s) issue(s);
+  for (int s = 0; s < kNs - 1; ++s) issue(s, !w_pre);
   for (int s = 0; s < nst; ++s) {
-    issue(s + kNs - 1);
+    issue(s + kNs - 1, true);
     cp_wait<kNs - 1>();
     __syncwarp();
-    if constexpr (kLoadOnly) continue;  // diagnostic: the weight stream alone
+    if constexpr (kDiag == kDiagLoadOnly) continue;  // diagnostic: the weight stream alone
     const uint8_t* st = sm + (s % kNs) * kStageBytes;
     const uint8_t* W = st + kStageW;
     const uint8_t* A = st + kStageA + g * 256;
@@ -477,28 +512,72 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   }
 }
 
+// Before the grid dependency resolves (programmatic dependent launch): issue the weights of
+// stages 0..kNs−2 of a warp's first item as one commit group (moe_item's w_pre).
+template <bool kUp, bool kFp8, int kNs>
+__device__ __forceinline__ void prefetch_item_weights(const Params& p, int expert, int tile, uint8_t* sm,
+                                                      int lane) {
+  const ExpertPtrs ex = kFp8 ? p.shared : p.experts[expert];
+  const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, item_row0<kUp, kFp8>(p, expert, tile));
+  const int nst = (kUp ? p.D : p.I) / 256;
+#pragma unroll
+  for (int s = 0; s < kNs - 1; ++s)
+    if (s < nst) issue_weights<kUp, kFp8>(iw, s, sm + s * kStageBytes, lane);
+  cp_commit();
+}
+
 // Phases 1 (kUp) and 2: persistent, kNw warps per CTA, one CTA per SM; global warp w takes
 // items w, w + W, … (W = all warps); consecutive items are consecutive row tiles of one chunk,
-// spread over different CTAs. Shared memory: kNw · kNs · kStageBytes. kLoadOnly (benchmark
-// diagnostic, wrong results): the same copies without the math.
-template <bool kUp, int kNw, int kNs, bool kLoadOnly = false>
+// spread over different CTAs. Shared memory: GemmShape::smem(). kDiag (benchmark diagnostics,
+// wrong results): kDiagLoadOnly the same copies without the math, kDiagMathOnly the math on
+// whatever the ring holds without copying weights (activations still copied).
+// Under programmatic dependent launch the first item's weights start streaming before
+// pdl_wait(): gate+up when it is a shared-expert item (chunks 0..shared_chunks(T)−1 whatever
+// the routing), down always (its chunk list was written by the group kernel, which completed
+// before any gate+up CTA passed its pdl_wait and triggered this grid; read through L2).
+template <bool kUp, int kNw, int kNs, int kDiag = kDiagNone>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint8_t* sm = smem + warp * kNs * kStageBytes;
   const int tiles = kUp ? p.I / 16 : p.D / 32;
+  int item = warp * gridDim.x + blockIdx.x;
+  bool w_pre = false;
+  {
+    const int ci = item / tiles, tile = item - ci * tiles;
+    if constexpr (kDiag == kDiagMathOnly) {
+    } else if constexpr (kUp) {
+      if (p.has_shared && ci < shared_chunks(p.T)) {
+        prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, sm, lane);
+        w_pre = true;
+      }
+    } else if (ci < __ldcg(p.num_chunks)) {
+      const int expert = __ldcg(&p.chunks[ci].expert);
+      if (expert >= p.E) prefetch_item_weights<false, true, kNs>(p, expert, tile, sm, lane);
+      else prefetch_item_weights<false, false, kNs>(p, expert, tile, sm, lane);
+      w_pre = true;
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
   const int total = *p.num_chunks * tiles;
-  for (int item = warp * gridDim.x + blockIdx.x; item < total; item += gridDim.x * kNw) {
+  for (; item < total; item += gridDim.x * kNw) {
     const int ci = item / tiles, tile = item - ci * tiles;
     const Chunk ch = p.chunks[ci];
-    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kLoadOnly>(p, ch, ci, tile, sm, lane);
-    else moe_item<kUp, false, kNs, kLoadOnly>(p, ch, ci, tile, sm, lane);
+    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kDiag>(p, ch, ci, tile, sm, lane, w_pre);
+    else moe_item<kUp, false, kNs, kDiag>(p, ch, ci, tile, sm, lane, w_pre);
+    w_pre = false;
   }
 }
 
-// Phase 3: out[t] = bf16(Σ_{ascending expert id} y[pos] + y[shared pos]); blockDim = 256.
+// Phase 3: out[t] = bf16(Σ_{ascending expert id} y[pos] + y[shared pos]); blockDim = 256,
+// grid (T, ⌈D/1024⌉): each thread sums 4 columns (float4 loads, all k+1 independent), so a
+// small batch still spreads over several SMs with one load latency per thread.
 __global__ void __launch_bounds__(256) moe_combine_kernel(const __grid_constant__ Params p) {
-  const int t = blockIdx.x;
+  pdl_wait();
+  pdl_trigger();
+  const int t = blockIdx.x, c = (blockIdx.y * 256 + threadIdx.x) * 4;
+  if (c >= p.D) return;
   int order[kMaxTopK];
   for (int j = 0; j < p.k; ++j) {  // stable insertion sort by expert id
     int q = j;
@@ -509,12 +588,18 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const __grid_constant_
     order[q] = j;
   }
   const int P = p.T * p.k;
-  for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < p.k; ++j) acc += p.y[size_t(p.slot_pos[t * p.k + order[j]]) * p.D + c];
-    const float sh = p.has_shared ? p.y[size_t(P + t) * p.D + c] : 0.0f;
-    p.out[size_t(t) * p.D + c] = round_bf16(acc + sh);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j = 0; j < p.k; ++j) {
+    const float4 v = *reinterpret_cast<const float4*>(p.y + size_t(p.slot_pos[t * p.k + order[j]]) * p.D + c);
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
   }
+  const float4 sh = p.has_shared ? *reinterpret_cast<const float4*>(p.y + size_t(P + t) * p.D + c)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  *reinterpret_cast<float4*>(p.out + size_t(t) * p.D + c) = make_float4(
+      round_bf16(acc.x + sh.x), round_bf16(acc.y + sh.y), round_bf16(acc.z + sh.z), round_bf16(acc.w + sh.w));
 }
 
 }  // namespace dsv4::gpu::moe4
