@@ -80,6 +80,23 @@ gpu::SampleParams device_params(const Case& c, int64_t vocab, double u) {
   return p;
 }
 
+// gpu::sample_rows over host rows [params.size(), vocab]; the results.
+std::vector<gpu::SampleResult> sample_on_device(const std::vector<float>& logits,
+                                                const std::vector<gpu::SampleParams>& params,
+                                                int64_t vocab) {
+  const int64_t rows = static_cast<int64_t>(params.size());
+  gpu::DeviceBuffer<float> d_logits;
+  d_logits.upload(logits);
+  gpu::DeviceBuffer<gpu::SampleParams> d_params;
+  d_params.upload(params);
+  gpu::DeviceBuffer<gpu::SampleResult> d_results(static_cast<size_t>(rows));
+  gpu::DeviceBuffer<float> scratch(logits.size());
+  gpu::sample_rows(
+      d_logits.get(), rows, vocab, d_params.get(), d_results.get(), scratch.get(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return d_results.download();
+}
+
 std::vector<Case> cases(int64_t vocab) {
   std::vector<Case> out;
   auto add = [&](std::string name, auto&& set) {
@@ -130,16 +147,7 @@ void run_rows(int64_t vocab, int rows_per_case, uint32_t seed) {
       us.push_back(u);
     }
   const int64_t rows = static_cast<int64_t>(params.size());
-  gpu::DeviceBuffer<float> d_logits;
-  d_logits.upload(logits);
-  gpu::DeviceBuffer<gpu::SampleParams> d_params;
-  d_params.upload(params);
-  gpu::DeviceBuffer<gpu::SampleResult> d_results(static_cast<size_t>(rows));
-  gpu::DeviceBuffer<float> scratch(logits.size());
-  gpu::sample_rows(
-      d_logits.get(), rows, vocab, d_params.get(), d_results.get(), scratch.get(), nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<gpu::SampleResult> got = d_results.download();
+  const std::vector<gpu::SampleResult> got = sample_on_device(logits, params, vocab);
   int mismatches = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const Case& c = *row_case[static_cast<size_t>(r)];
@@ -196,15 +204,7 @@ TEST_F(GpuSampling, EveryUniformWalksLikeTheHost) {
     params.push_back(
         device_params(c, vocab, (static_cast<double>(r) + 0.5) / static_cast<double>(rows)));
   }
-  gpu::DeviceBuffer<float> d_logits;
-  d_logits.upload(logits);
-  gpu::DeviceBuffer<gpu::SampleParams> d_params;
-  d_params.upload(params);
-  gpu::DeviceBuffer<gpu::SampleResult> d_results(static_cast<size_t>(rows));
-  gpu::DeviceBuffer<float> scratch(logits.size());
-  gpu::sample_rows(
-      d_logits.get(), rows, vocab, d_params.get(), d_results.get(), scratch.get(), nullptr);
-  const std::vector<gpu::SampleResult> got = d_results.download();
+  const std::vector<gpu::SampleResult> got = sample_on_device(logits, params, vocab);
   int distinct = 0, last = -1;
   for (int64_t r = 0; r < rows; ++r) {
     int32_t want = -1;
@@ -213,6 +213,39 @@ TEST_F(GpuSampling, EveryUniformWalksLikeTheHost) {
     if (want != last) ++distinct, last = want;
   }
   EXPECT_GT(distinct, 3);  // the sweep really crossed several tokens
+}
+
+// A row's token and logprobs do not depend on the batch it is sampled in (the kernel's cluster
+// size does: 8 CTAs per row alone, 2 in a 100-row batch; every sum is exact).
+TEST_F(GpuSampling, ResultDoesNotDependOnTheBatch) {
+  const int64_t vocab = 129280, rows = 100;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  Case c;
+  c.params.temperature = 0.8f;
+  c.params.top_p = 0.9f;
+  c.params.logprobs = true;
+  c.params.top_logprobs = 5;
+  std::vector<float> logits;
+  std::vector<gpu::SampleParams> params;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> row = make_row(rng, vocab, r % 2 ? RowKind::kNormal : RowKind::kTies, 2.0f);
+    logits.insert(logits.end(), row.begin(), row.end());
+    params.push_back(device_params(c, vocab, ud(rng)));
+  }
+  const std::vector<gpu::SampleResult> batch = sample_on_device(logits, params, vocab);
+  for (int64_t r = 0; r < 4; ++r) {
+    const std::vector<float> one(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+    const gpu::SampleResult alone = sample_on_device(one, {params[static_cast<size_t>(r)]}, vocab)[0];
+    const gpu::SampleResult& b = batch[static_cast<size_t>(r)];
+    EXPECT_EQ(alone.token, b.token) << "row " << r;
+    EXPECT_EQ(alone.logprob, b.logprob) << "row " << r;
+    ASSERT_EQ(alone.num_top, b.num_top);
+    for (int t = 0; t < b.num_top; ++t) {
+      EXPECT_EQ(alone.top_id[t], b.top_id[t]);
+      EXPECT_EQ(alone.top_logprob[t], b.top_logprob[t]);
+    }
+  }
 }
 
 // Rows the host samples are left alone.

@@ -1,4 +1,7 @@
-// Token sampling on the GPU: one CTA of 1024 threads per logits row (contract: sampling.h).
+// Token sampling on the GPU: one thread-block cluster of C CTAs × 1024 threads per logits
+// row (contract: sampling.h; C = cluster_size(rows)). Element i of a row belongs to thread
+// (i mod 1024·C) of the cluster (CTA rank, thread), in every pass;
+// keys) meet through distributed shared memory and every CTA computes the same decisions from them.
 //
 // Every selection (top_k's k-th candidate, top_p's cut, the draw, the top logprobs) is one
 // "crossing" search: walking the candidates in descending 64-bit key order (key = the ordered
@@ -9,6 +12,8 @@
 // crosses T, and, once that bucket holds ≤ kCap keys, gathers them into shared memory, sorts them
 // and finishes the walk there. Integer weights make every sum exact and independent of the
 // atomics' order, so the result is deterministic.
+#include <cooperative_groups.h>
+
 #include <cfloat>
 #include <mutex>
 
@@ -19,7 +24,11 @@
 namespace dsv4::gpu {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 1024;
+constexpr int kMaxCluster = 8;  // CTAs per row at small batch (fewer at large: cluster_size)
+constexpr float kZScale = 1099511627776.0f;  // 2^40: Σ e^(l−max) in fixed point (exact, any order)
 constexpr int kLevelBits = 8, kBuckets = 1 << kLevelBits;
 // Each bucket has one counter per lane (32 copies, lane l adds to copy l): lanes of a warp never
 // contend, so a flat row (most keys in a few buckets) costs no atomic serialization. Copy
@@ -33,12 +42,16 @@ struct Smem {
   // weight ≤ 2^32; a copy sums ≤ 32 · 128 weights): 32-bit shared atomics only.
   unsigned int hist_hi[kCopies * kCopyStride];
   unsigned int hist_lo[kCopies * kCopyStride];
-  unsigned int cnt[kCopies * kCopyStride];         // keys per (lane copy, bucket)
-  unsigned int bucket_cnt[kBuckets];
-  unsigned long long key[kCap];
+  unsigned int cnt[kCopies * kCopyStride];  // keys per (lane copy, bucket)
+  unsigned long long bucket_w[kBuckets];    // this CTA's bucket totals (read by the cluster)
+  unsigned int bucket_n[kBuckets];
+  unsigned int total_n[kBuckets];  // the cluster's bucket counts
+  unsigned long long gkey[kCap];   // this CTA's gathered keys (read by the cluster)
+  unsigned long long gw[kCap];
+  unsigned long long key[kCap];  // every CTA's gathered keys, merged (then sorted)
   unsigned long long w[kCap];
+  unsigned long long xval;  // a CTA total shared with the cluster
   unsigned long long scan[32];
-  double dred[32];
   unsigned int ncomp;
   int pick;
   unsigned long long pick_above, pick_key, pick_cum;
@@ -51,6 +64,8 @@ struct Row {
   float* prob;  // scratch row: p_i = float(exp(double(rel_i))) of every candidate (written once)
   int n;        // min(vocab, sample_vocab)
   float max;
+  int first;   // this thread's first element: CTA rank · kThreads + threadIdx.x
+  int stride;  // cluster CTAs · kThreads
 };
 
 __device__ __forceinline__ float load(const Row& r, int i) {
@@ -84,7 +99,7 @@ enum class Weight { kCount, kMass };
 // Calls f(key, weight) for every key ≥ lo of the given kind (strided over the CTA).
 template <Key K, Weight W, class F>
 __device__ __forceinline__ void visit(const Row& r, uint64_t lo, F&& f) {
-  for (int i = threadIdx.x; i < r.n; i += kThreads) {
+  for (int i = r.first; i < r.n; i += r.stride) {
     const float l = load(r, i);
     float v = l;
     if constexpr (K == Key::kRel) {
@@ -122,16 +137,6 @@ __device__ unsigned long long block_exclusive_scan(unsigned long long v,
   return before + inc - v;
 }
 
-__device__ double block_sum_double(double v, Smem& sm) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sm.dred[threadIdx.x >> 5] = v;
-  __syncthreads();
-  double t = 0.0;
-  for (int i = 0; i < kThreads / 32; ++i) t += sm.dred[i];
-  return t;
-}
-
 // Sorts sm.key/sm.w[0, m) by key, descending (bitonic over the next power of two; padding keys
 // are 0, below every real key).
 __device__ void sort_desc(Smem& sm, int m) {
@@ -157,14 +162,67 @@ __device__ void sort_desc(Smem& sm, int m) {
     }
 }
 
+// Cluster-wide sum of one value per thread (integers: exact in any order); every thread gets it.
+__device__ unsigned long long cluster_sum(unsigned long long v, Smem& sm, cg::cluster_group& cl) {
+  unsigned long long cta;
+  block_exclusive_scan(v, sm, &cta);
+  if (threadIdx.x == 0) sm.xval = cta;
+  cl.sync();
+  unsigned long long all = 0;
+  for (int q = 0; q < int(cl.num_blocks()); ++q) all += *cl.map_shared_rank(&sm.xval, q);
+  cl.sync();  // every CTA has read xval before it is written again
+  return all;
+}
+__device__ unsigned long long cluster_max(unsigned long long v, Smem& sm, cg::cluster_group& cl) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sm.scan[threadIdx.x >> 5] = v;
+  __syncthreads();
+  for (int i = 0; i < kThreads / 32; ++i) v = max(v, sm.scan[i]);
+  if (threadIdx.x == 0) sm.xval = v;
+  cl.sync();
+  for (int q = 0; q < int(cl.num_blocks()); ++q) v = max(v, *cl.map_shared_rank(&sm.xval, q));
+  cl.sync();
+  return v;
+}
+// Gathers the cluster's keys ≥ lo whose top `done` bits equal `prefix` (done = 0: all; the caller
+// guarantees ≤ kCap of them) into every CTA's sm.key / sm.w, sorted descending; returns the count.
+template <Key K, Weight W>
+__device__ int gather_sorted(
+    const Row& r, uint64_t lo, uint64_t prefix, int done, Smem& sm, cg::cluster_group& cl) {
+  if (threadIdx.x == 0) sm.ncomp = 0;
+  __syncthreads();
+  visit<K, W>(r, lo, [&](uint64_t key, unsigned long long w) {
+    if (done > 0 && (done < 64 ? key >> (64 - done) : key) != prefix) return;
+    const unsigned int slot = atomicAdd(&sm.ncomp, 1u);
+    sm.gkey[slot] = key;
+    sm.gw[slot] = w;
+  });
+  cl.sync();
+  int m = 0;
+  for (int q = 0; q < int(cl.num_blocks());
+       ++q) {  // rank order; the sort makes the order irrelevant
+    const int nq = int(*cl.map_shared_rank(&sm.ncomp, q));
+    const unsigned long long* gk = cl.map_shared_rank(sm.gkey, q);
+    const unsigned long long* gw = cl.map_shared_rank(sm.gw, q);
+    for (int j = threadIdx.x; j < nq; j += kThreads) sm.key[m + j] = gk[j], sm.w[m + j] = gw[j];
+    m += nq;
+  }
+  cl.sync();  // every CTA has copied before gkey / ncomp are reused
+  sort_desc(sm, m);
+  return m;
+}
+
 struct Crossing {
   uint64_t key;  // the first key (descending) whose cumulative weight reaches T
   uint64_t cum;  // cumulative weight through it
 };
 
-// The crossing over keys ≥ lo for T ≥ 1 ≤ their total weight (see the file comment).
+// The crossing over keys ≥ lo for T ≥ 1 ≤ their total weight (see the file comment). Every CTA
+// of the cluster computes the same bucket totals and therefore the same picks.
 template <Key K, Weight W>
-__device__ Crossing find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& sm) {
+__device__ Crossing
+find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& sm, cg::cluster_group& cl) {
   uint64_t prefix = 0, above = 0;
   int done = 0;
   for (;;) {
@@ -176,26 +234,39 @@ __device__ Crossing find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& s
     visit<K, W>(r, lo, [&](uint64_t key, unsigned long long w) {
       if (done > 0 && (key >> (64 - done)) != prefix) return;
       const uint32_t b = uint32_t(key >> shift) & uint32_t(nb - 1);
-      if constexpr (W == Weight::kMass) {  // counts: the weight is cnt
+      if constexpr (W == Weight::kMass) {  // counts: the weight is the count
         atomicAdd(&sm.hist_hi[copy + b], unsigned(w >> 16));
         atomicAdd(&sm.hist_lo[copy + b], unsigned(w & 0xffffu));
       }
       atomicAdd(&sm.cnt[copy + b], 1u);
     });
     __syncthreads();
-    // Thread t < nb owns descending position t (bucket nb − 1 − t): its weight over the copies.
+    if (int(threadIdx.x) < nb) {  // this CTA's bucket totals over the lane copies
+      const int b = int(threadIdx.x);
+      unsigned long long sw = 0;
+      unsigned int c = 0;
+      for (int q = 0; q < kCopies; ++q) {
+        const int i = q * kCopyStride + b;
+        sw += (static_cast<unsigned long long>(sm.hist_hi[i]) << 16) + sm.hist_lo[i];
+        c += sm.cnt[i];
+      }
+      sm.bucket_w[b] = sw;
+      sm.bucket_n[b] = c;
+    }
+    cl.sync();
+    // Thread t < nb owns descending position t (bucket nb − 1 − t): its cluster-wide weight.
     unsigned long long s = 0;
     if (int(threadIdx.x) < nb) {
       const int b = nb - 1 - int(threadIdx.x);
       unsigned int c = 0;
-      for (int q = 0; q < kCopies; ++q) {
-        const int i = q * kCopyStride + b;
-        s += (static_cast<unsigned long long>(sm.hist_hi[i]) << 16) + sm.hist_lo[i];
-        c += sm.cnt[i];
+      for (int q = 0; q < int(cl.num_blocks()); ++q) {
+        s += *cl.map_shared_rank(&sm.bucket_w[b], q);
+        c += *cl.map_shared_rank(&sm.bucket_n[b], q);
       }
-      sm.bucket_cnt[b] = c;
+      sm.total_n[b] = c;
       if constexpr (W == Weight::kCount) s = c;
     }
+    cl.sync();  // every CTA has read the bucket totals before the next level rewrites them
     unsigned long long total;
     const unsigned long long before = above + block_exclusive_scan(s, sm, &total);
     if (before < T && T <= before + s) {
@@ -207,21 +278,11 @@ __device__ Crossing find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& s
     above = sm.pick_above;
     prefix = done > 0 ? (prefix << bits) | uint64_t(b) : uint64_t(b);
     done += bits;
-    const unsigned int count = sm.bucket_cnt[b];
+    const unsigned int count = sm.total_n[b];
     __syncthreads();
     if (count > unsigned(kCap)) continue;
     // Finish: gather the bucket's keys, sort them, walk them in order.
-    if (threadIdx.x == 0) sm.ncomp = 0;
-    __syncthreads();
-    visit<K, W>(r, lo, [&](uint64_t key, unsigned long long w) {
-      if ((done < 64 ? key >> (64 - done) : key) != prefix) return;
-      const unsigned int slot = atomicAdd(&sm.ncomp, 1u);
-      sm.key[slot] = key;
-      sm.w[slot] = w;
-    });
-    __syncthreads();
-    const int m = int(sm.ncomp);
-    sort_desc(sm, m);
+    const int m = gather_sorted<K, W>(r, lo, prefix, done, sm, cl);
     // ≤ 2 keys per thread: thread t owns sorted positions 2t, 2t+1.
     unsigned long long w0 = 2 * threadIdx.x < m ? sm.w[2 * threadIdx.x] : 0;
     unsigned long long w1 = 2 * threadIdx.x + 1 < m ? sm.w[2 * threadIdx.x + 1] : 0;
@@ -239,14 +300,13 @@ __device__ Crossing find_crossing(const Row& r, uint64_t lo, uint64_t T, Smem& s
 }
 
 // Σ mass of the candidates with key ≥ lo.
-__device__ uint64_t mass_total(const Row& r, uint64_t lo, Smem& sm) {
+__device__ uint64_t mass_total(const Row& r, uint64_t lo, Smem& sm, cg::cluster_group& cl) {
   unsigned long long s = 0;
   visit<Key::kRel, Weight::kMass>(r, lo, [&](uint64_t, unsigned long long w) { s += w; });
-  unsigned long long total;
-  block_exclusive_scan(s, sm, &total);
-  return total;
+  return cluster_sum(s, sm, cl);
 }
 
+// Grid: rows × C CTAs, clusters of C along x (row = blockIdx.x / C).
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits,
                                                           int64_t vocab,
                                                           const SampleParams* __restrict__ params,
@@ -254,36 +314,41 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
                                                           float* scratch) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  const SampleParams* p = params + blockIdx.x;
-  if (!p->on_device) return;
-  Row r{logits + int64_t(blockIdx.x) * vocab,
+  cg::cluster_group cl = cg::this_cluster();
+  const int row = int(blockIdx.x) / int(cl.num_blocks());
+  const bool lead = cl.block_rank() == 0;
+  const SampleParams* p = params + row;
+  if (!p->on_device) return;  // the whole cluster returns
+  Row r{logits + int64_t(row) * vocab,
         p,
-        scratch + int64_t(blockIdx.x) * vocab,
+        scratch + int64_t(row) * vocab,
         int(vocab < int64_t(p->sample_vocab) ? vocab : int64_t(p->sample_vocab)),
-        0.0f};
+        0.0f,
+        int(cl.block_rank()) * kThreads + int(threadIdx.x),
+        int(cl.num_blocks()) * kThreads};
+  SampleResult* out = results + row;
   if (r.n <= 0) {
-    if (threadIdx.x == 0) results[blockIdx.x].token = -1;
+    if (lead && threadIdx.x == 0) out->token = -1;
     return;
   }
 
   // Max and argmax (ties: smaller id), as one max over the logit keys.
   unsigned long long best = 0;
-  for (int i = threadIdx.x; i < r.n; i += kThreads)
+  for (int i = r.first; i < r.n; i += r.stride)
     best = max(best, (unsigned long long)make_key(load(r, i), i));
-  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
-  if ((threadIdx.x & 31) == 0) sm.scan[threadIdx.x >> 5] = best;
-  __syncthreads();
-  for (int i = 0; i < kThreads / 32; ++i) best = max(best, sm.scan[i]);
-  __syncthreads();
+  best = cluster_max(best, sm, cl);
   const int argmax = key_id(best);
   r.max = load(r, argmax);
 
   const bool want_lp = p->logprobs != 0;
   double log_z = 0.0;
   if (want_lp) {
-    double z = 0.0;
-    for (int i = threadIdx.x; i < r.n; i += kThreads) z += double(expf(load(r, i) - r.max));
-    log_z = log(block_sum_double(z, sm)) + double(r.max);
+    // Σ e^(l−max) with terms rounded to 2^-40: an exact integer sum, so the logprobs do not
+    // depend on the cluster size (i.e. on the batch).
+    unsigned long long z = 0;
+    for (int i = r.first; i < r.n; i += r.stride)
+      z += __float2ull_rn(expf(load(r, i) - r.max) * kZScale);
+    log_z = log(double(cluster_sum(z, sm, cl)) / double(kZScale)) + double(r.max);
   }
 
   int token = argmax;
@@ -297,49 +362,49 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       ++count;
       mass_part += __float2ull_rn(prob * kMassScale);
     });
-    unsigned long long total_count, mass_all;
-    block_exclusive_scan(count, sm, &total_count);
-    block_exclusive_scan(mass_part, sm, &mass_all);
-    uint64_t lo = 0, mass = mass_all;
+    const unsigned long long total_count = cluster_sum(count, sm, cl);
+    uint64_t lo = 0, mass = cluster_sum(mass_part, sm, cl);
     if (p->top_k > 0 && total_count > uint64_t(p->top_k)) {
-      lo = find_crossing<Key::kRel, Weight::kCount>(r, 0, uint64_t(p->top_k), sm).key;
-      mass = mass_total(r, lo, sm);
+      lo = find_crossing<Key::kRel, Weight::kCount>(r, 0, uint64_t(p->top_k), sm, cl).key;
+      mass = mass_total(r, lo, sm, cl);
     }
     if (p->top_p < 1.0f) {
       const double t = ceil(double(p->top_p) * double(mass));
-      const Crossing c = find_crossing<Key::kRel, Weight::kMass>(r, lo, uint64_t(max(t, 1.0)), sm);
+      const Crossing c =
+          find_crossing<Key::kRel, Weight::kMass>(r, lo, uint64_t(max(t, 1.0)), sm, cl);
       lo = c.key;
       mass = c.cum;
     }
     const uint64_t t = min(mass, uint64_t(floor(p->u * double(mass))) + 1);
-    token = key_id(find_crossing<Key::kRel, Weight::kMass>(r, lo, t, sm).key);
+    token = key_id(find_crossing<Key::kRel, Weight::kMass>(r, lo, t, sm, cl).key);
   }
 
-  SampleResult* out = results + blockIdx.x;
   int num_top = 0;
   if (want_lp && p->top_logprobs > 0) {
     num_top = min(min(p->top_logprobs, kSampleMaxTopLogprobs), r.n);
     const uint64_t cut =
-        find_crossing<Key::kLogit, Weight::kCount>(r, 0, uint64_t(num_top), sm).key;
-    if (threadIdx.x == 0) sm.ncomp = 0;
-    __syncthreads();
-    visit<Key::kLogit, Weight::kCount>(r, cut, [&](uint64_t key, unsigned long long) {
-      const unsigned int slot = atomicAdd(&sm.ncomp, 1u);
-      sm.key[slot] = key;
-    });
-    __syncthreads();
-    sort_desc(sm, num_top);
-    if (threadIdx.x < num_top) {
+        find_crossing<Key::kLogit, Weight::kCount>(r, 0, uint64_t(num_top), sm, cl).key;
+    gather_sorted<Key::kLogit, Weight::kCount>(r, cut, 0, 0, sm, cl);
+    if (lead && int(threadIdx.x) < num_top) {
       const int id = key_id(sm.key[threadIdx.x]);
       out->top_id[threadIdx.x] = id;
       out->top_logprob[threadIdx.x] = float(double(load(r, id)) - log_z);
     }
   }
-  if (threadIdx.x == 0) {
+  if (lead && threadIdx.x == 0) {
     out->token = token;
     out->logprob = want_lp ? float(double(load(r, token)) - log_z) : 0.0f;
     out->num_top = num_top;
   }
+}
+
+// CTAs per row: 8 up to 33 rows, then fewer so the grid stays about two waves of 132 SMs.
+// Every token and logprob is exact integer arithmetic over the row's elements, so the cluster
+// size changes nothing but the time.
+int cluster_size(int64_t rows) {
+  int c = kMaxCluster;
+  while (c > 1 && rows * c > 264) c /= 2;
+  return c;
 }
 
 }  // namespace
@@ -359,9 +424,20 @@ void sample_rows(const float* logits,
     CUDA_CHECK(cudaFuncSetAttribute(
         sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
   });
-  sample_kernel<<<unsigned(rows), kThreads, sizeof(Smem), stream>>>(
-      logits, vocab, params, results, scratch);
-  CUDA_CHECK_LAUNCH();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  const int cluster = cluster_size(rows);
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(rows) * unsigned(cluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = sizeof(Smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel, logits, vocab, params, results, scratch));
 }
 
 }  // namespace dsv4::gpu

@@ -1,5 +1,7 @@
 // Token sampling on the GPU (issue 8: "LM head and sampling on the GPU without host round
-// trips beyond the sampled ids"). One CTA per logits row; only SampleResult comes back.
+// trips beyond the sampled ids"). One thread-block cluster of up to 8 CTAs per logits row
+// (fewer at large batch; every sum is exact integer arithmetic, so a row's result does not depend
+// on the batch); only SampleResult comes back.
 //
 // Semantics are engine::Sampler's (src/engine/sampler.h) for a row without penalties, drawn
 // with the same uniform u:
@@ -12,11 +14,12 @@
 // p_i = float(exp(double(rel_i))) as on the host; masses are summed as round(p_i · 2^32) in
 // integers (exact, order-independent: the result is deterministic) where the host sums p_i in
 // double, so a draw can differ from the host's only when u · mass falls within ~1e-9 relative
-// of a boundary between two tokens. Logprobs: log Σ expf(l_i − max) summed in double in a fixed
-// order (host: double exp), so they agree to ~1e-6.
+// of a boundary between two tokens. Logprobs: log(Σ round(expf(l_i − max) · 2^40) / 2^40) + max,
+// an exact integer sum (host: double exp summed in double), so they agree to ~1e-6.
 //
 // Cost: a few passes over the row (max, candidate mass, then per selection a radix histogram pass
-// or two and one compaction into shared memory); see sampling_bench.
+// or two and one compaction into shared memory), each spread over the cluster's SMs; see
+// gpu_sampling_bench.
 #pragma once
 
 #include <cuda_runtime.h>
