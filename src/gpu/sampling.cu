@@ -1,7 +1,8 @@
 // Token sampling on the GPU: one thread-block cluster of C CTAs × 1024 threads per logits
 // row (contract: sampling.h; C = cluster_size(rows)). Element i of a row belongs to thread
-// (i mod 1024·C) of the cluster (CTA rank, thread), in every pass;
-// keys) meet through distributed shared memory and every CTA computes the same decisions from them.
+// (i mod 1024·C) of the cluster (CTA rank, thread), in every pass; cluster-wide values (max,
+// totals, bucket weights, the gathered keys) meet through distributed shared memory and every
+// CTA computes the same decisions from them.
 //
 // Every selection (top_k's k-th candidate, top_p's cut, the draw, the top logprobs) is one
 // "crossing" search: walking the candidates in descending 64-bit key order (key = the ordered
@@ -96,7 +97,7 @@ __device__ __forceinline__ float key_value(uint64_t key) {
 enum class Key { kRel, kLogit };  // sampling candidates / every id (top logprobs)
 enum class Weight { kCount, kMass };
 
-// Calls f(key, weight) for every key ≥ lo of the given kind (strided over the CTA).
+// Calls f(key, weight) for every key ≥ lo of the given kind (strided over the cluster).
 template <Key K, Weight W, class F>
 __device__ __forceinline__ void visit(const Row& r, uint64_t lo, F&& f) {
   for (int i = r.first; i < r.n; i += r.stride) {
