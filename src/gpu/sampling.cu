@@ -201,8 +201,8 @@ __device__ int gather_sorted(
   });
   cl.sync();
   int m = 0;
-  for (int q = 0; q < int(cl.num_blocks());
-       ++q) {  // rank order; the sort makes the order irrelevant
+  // Rank order (the sort makes the order irrelevant).
+  for (int q = 0; q < int(cl.num_blocks()); ++q) {
     const int nq = int(*cl.map_shared_rank(&sm.ncomp, q));
     const unsigned long long* gk = cl.map_shared_rank(sm.gkey, q);
     const unsigned long long* gw = cl.map_shared_rank(sm.gw, q);
