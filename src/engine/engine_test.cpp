@@ -110,6 +110,48 @@ TEST(Engine, SameSeedSameTokensAloneAndInABusyBatch) {
   EXPECT_TRUE(e.wait_idle(std::chrono::seconds(5)));
 }
 
+// A runner that samples on its device (forward_sampled, emulated by TestRunner) gives every request
+// the tokens the host path gives: one uniform per draw in both, the host fallback (even rows,
+// penalties) reusing the draw's uniform, EOS banned before min_tokens on both paths.
+TEST(Engine, DeviceSamplingRunnerGivesTheHostTokens) {
+  auto run = [](bool device, int64_t* sampled_on_device) {
+    Collector col;
+    auto runner = std::make_unique<TestRunner>();
+    runner->device_sampling = device;
+    // The min_tokens requests (k % 4 == 2: their first prompt token) see EOS forced on every
+    // other step: only the ban keeps them going to 20 tokens.
+    runner->forced = [](const std::vector<int32_t>& h) { return h[0] % 4 == 2 && h.size() % 2 == 1 ? kEos : -1; };
+    TestRunner* raw = runner.get();
+    Engine e(config(), std::move(runner));
+    for (int k = 0; k < 12; ++k) {
+      GenerateInput in = input(15 + 7 * k, 500 + k, 20, col, k);
+      SamplingParams& p = in.params;
+      if (k % 4 == 0) p.temperature = 0.0f;
+      if (k % 4 == 1) p.top_k = 20, p.top_p = 1.0f;
+      if (k % 4 == 2) p.min_tokens = 20, p.ignore_eos = false, p.logprobs = true, p.top_logprobs = 3;
+      if (k == 7) p.repetition_penalty = 1.2f;  // not eligible: the host samples it
+      EXPECT_EQ(e.submit(std::move(in)).status, SubmitStatus::kOk);
+    }
+    e.start();
+    col.wait_all(12);
+    EXPECT_TRUE(e.wait_idle(std::chrono::seconds(5)));
+    *sampled_on_device = raw->device_sampled;
+    std::map<int, std::vector<int32_t>> out;
+    for (auto& [k, r] : col.results) out[k] = r.tokens;
+    return out;
+  };
+  int64_t host_count = 0, device_count = 0;
+  const auto host = run(false, &host_count);
+  const auto device = run(true, &device_count);
+  EXPECT_EQ(host_count, 0);
+  EXPECT_GT(device_count, 50);
+  ASSERT_EQ(host.size(), 12u);
+  for (const auto& [k, toks] : host) {
+    EXPECT_EQ(toks.size(), 20u) << "request " << k;
+    EXPECT_EQ(device.at(k), toks) << "request " << k;
+  }
+}
+
 TEST(Engine, StopStringsAcrossTokensAreNotEmitted) {
   auto runner = std::make_unique<TestRunner>();
   const std::string script = "hello END world";

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -69,6 +70,33 @@ class TestRunner : public ModelRunner {
     }
     peak_live_states = std::max(peak_live_states, state_.size());
   }
+  // Device-sampling emulation (device_sampling = true): forward(), then every other sampling item
+  // (odd index) is "sampled on the device" by a fresh host Sampler built from its DeviceDraw
+  // (no penalties; min_p must be 0: the draw carries log(min_p) only) with the draw's uniform;
+  // the others come back as logits for the engine's host path. Exercises the engine's
+  // forward_sampled plumbing without a GPU.
+  bool samples_on_device() const override { return device_sampling; }
+  void forward_sampled(std::span<const Item> items, std::span<const DrawRequest* const> draws,
+                       std::span<DrawResult> results, std::span<float> logits_out) override {
+    forward(items, logits_out);
+    for (size_t i = 0; i < items.size(); ++i) {
+      DrawResult& r = results[i];
+      r.on_device = false;
+      const DrawRequest* d = draws[i];
+      if (d == nullptr || !d->draw.eligible || i % 2 == 0) continue;
+      SamplingParams sp;
+      sp.temperature = d->draw.greedy ? 0.0f : static_cast<float>(1.0 / d->draw.inv_temperature);
+      sp.top_p = d->draw.top_p;
+      sp.top_k = d->draw.top_k;
+      std::vector<float> row(logits_out.begin() + static_cast<int64_t>(i) * vocab_,
+                             logits_out.begin() + static_cast<int64_t>(i + 1) * vocab_);
+      for (int32_t id : d->banned) row[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+      Sampler s(sp, d->sample_vocab, 0, {});
+      r.token = s.sample(row, d->logprobs ? &r.logprob : nullptr, &d->draw.u);
+      r.on_device = true;
+      ++device_sampled;
+    }
+  }
   void release(SequenceId seq) override { state_.erase(seq); }
   std::string name() const override { return "test"; }
 
@@ -79,6 +107,8 @@ class TestRunner : public ModelRunner {
   int64_t forward_items = 0;
   size_t peak_live_states = 0;
   int64_t device_slots = 0;  // > 0: a device-resident layout of this many sequence slots
+  bool device_sampling = false;  // emulate a runner that samples on its device (forward_sampled)
+  int64_t device_sampled = 0;    // rows it sampled that way
 
   static uint64_t mix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
