@@ -11,11 +11,13 @@
 //   raw [64 × 576 B data | 64 × 8 B scales]  cp.async staging of the next tile (prefetch
 //       overlaps the current tile's math)
 //   Ss  [64][68] fp32 scores, Ps [64][72] bf16 probabilities, m/l/alpha per head.
-// Per 64-candidate tile: dequant raw → Ks; S = Q·Kᵀ (warp w: heads 16·(w%4), cands 16·(w/4),
-// mma m16n8k16, k = 512); online softmax per head (8 threads per head: block max, α = e^(m−m'),
-// p = e^(s−m'), l = fma(l, α, Σp) with unrounded p, P rounded to bf16); O = α·O + P·V (warp w:
-// heads 16·(w%4), dims 128·(w/4); B fragments via ldmatrix.trans). Warps skip 16-candidate
-// slices beyond the tile's valid count, so short chunks cost little. Invalid (−1) candidates
+// Per 64-candidate tile: dequant raw → Ks; S = Q·Kᵀ (mma m16n8k16; each score = two k-half
+// chains added; work units spread over the warps and SM sub-partitions by the CTA's head tiles,
+// qk_tile); online softmax per head (8 threads per head: block max, α = e^(m−m'),
+// p = e^(s−m'), l = fma(l, α, Σp) with unrounded p, P rounded to bf16); O = α·O + P·V (the
+// kernel instantiation NT = 16 / 8 / 4 for CTAs of ≤ 4 / 2 / 1 head tiles gives each warp
+// 8·NT dims of one tile, so all 16 warps work with one tile; B fragments via ldmatrix.trans).
+// Units past the tile's valid count are skipped, so short chunks cost little. Invalid (−1) candidates
 // get s = −inf, p = 0 and a zero K row. With one split the CTA writes bf16 output directly
 // (sink in the final denominator only); otherwise it writes fp32 (m, l, O) partials and a merge
 // kernel combines them: M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)).
@@ -71,7 +73,8 @@ struct Smem {
 static_assert(offsetof(Smem, k) == offsetof(Smem, q) + sizeof(Smem::q) &&
                   kHeads * kPartS * sizeof(float) <= sizeof(Smem::q) + sizeof(Smem::k),
               "partial O must fit over q and k");
-static_assert(kMaxCluster * kHeads <= kHeads * kSS, "merge weights must fit in s");
+static_assert(3 * kMaxCluster * kHeads <= kHeads * kSS && 2 * kThreads >= kMaxCluster * kHeads,
+              "merge weights and (m, l) copies must fit in s; two pairs per thread");
 
 // The row's list: lengths and pool bases (per-row buffers in decode mode).
 struct RowList {
@@ -171,6 +174,78 @@ __device__ void dequant_tile(Smem& sm, int count) {
   }
 }
 
+// The QK dot of a (head, candidate) is two fp32 chains over the k halves [0, 256) and
+// [256, 512) (16 mma k-steps each, k ascending), added as half0 + half1, then scaled — the same
+// bits whichever warp computes it, so head groups only move the arithmetic. K parts per work
+// unit: 2 (a unit computes one half; the softmax adds them) in the kernels for CTAs of ≤ 2 head
+// tiles (NT 4, 8), else 1.
+template <int NT>
+constexpr int kQkParts = NT == 16 ? 1 : 2;
+
+// One unit: 16 heads of tile mt × 8·NN candidates from c0 × k halves [hf, hf + HALVES); stores
+// the unscaled sum of its halves to Ss rows row0 + head.
+template <int NN, int HALVES>
+__device__ __forceinline__ void qk_unit(Smem& sm, int mt, int c0, int hf, int row0) {
+  const int lane = threadIdx.x & 31;
+  float acc[HALVES][NN][4] = {};
+  const __nv_bfloat16* qa = sm.q + (mt * 16 + (lane & 15)) * kQS + (lane >> 4) * 8 + hf * 256;
+  if constexpr (NN == 2) {  // B: 16 candidates × k16 per ldmatrix_x4
+    const __nv_bfloat16* kb =
+        sm.k + (c0 + (lane & 7) + ((lane >> 4) << 3)) * kQS + ((lane >> 3) & 1) * 8 + hf * 256;
+#pragma unroll 4
+    for (int k0 = 0; k0 < 256; k0 += 16) {
+#pragma unroll
+      for (int half = 0; half < HALVES; ++half) {
+        uint32_t af[4], bf[4];
+        ldmatrix_x4(af, qa + half * 256 + k0);
+        ldmatrix_x4(bf, kb + half * 256 + k0);
+        mma_bf16(acc[half][0], af, bf[0], bf[1]);
+        mma_bf16(acc[half][1], af, bf[2], bf[3]);
+      }
+    }
+  } else {  // B: 8 candidates × k32 (two k-steps) per ldmatrix_x4
+    const __nv_bfloat16* kb = sm.k + (c0 + (lane & 7)) * kQS + (lane >> 3) * 8 + hf * 256;
+#pragma unroll 4
+    for (int k0 = 0; k0 < 256; k0 += 32) {
+      uint32_t a0[4], a1[4], bf[4];
+      ldmatrix_x4(a0, qa + k0);
+      ldmatrix_x4(a1, qa + k0 + 16);
+      ldmatrix_x4(bf, kb + k0);
+      mma_bf16(acc[0][0], a0, bf[0], bf[1]);
+      mma_bf16(acc[0][0], a1, bf[2], bf[3]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NN; ++nt) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = HALVES == 2 ? acc[0][nt][e] + acc[HALVES - 1][nt][e] : acc[0][nt][e];
+    const int row = row0 + (lane >> 2), col = c0 + nt * 8 + (lane & 3) * 2;
+    *reinterpret_cast<float2*>(sm.s + row * kSS + col) = make_float2(v[0], v[1]);
+    *reinterpret_cast<float2*>(sm.s + (row + 8) * kSS + col) = make_float2(v[2], v[3]);
+  }
+}
+
+// S partials of the tile, one unit per warp; consecutive warps (→ the four SM sub-partitions)
+// take different units. Units past `count` are skipped. Two parts: Ss rows kq·16·head_tiles + head.
+//   NT 16:        (tile w % tiles, 16 candidates w / tiles, both halves);
+//   2 tiles (NT 8): (half w % 2, tile w / 2 % 2, 16 candidates w / 4);
+//   1 tile (NT 4, 8): (half w % 2, 8 candidates w / 2).
+template <int NT>
+__device__ __forceinline__ void qk_tile(Smem& sm, int head_tiles, int count) {
+  const int warp = threadIdx.x >> 5;
+  if constexpr (NT == 16) {
+    const int mt = warp % head_tiles, cg = warp / head_tiles;
+    if (cg < kTile / 16 && cg * 16 < count) qk_unit<2, 2>(sm, mt, cg * 16, 0, mt * 16);
+  } else if (NT == 4 || head_tiles == 1) {
+    const int kq = warp & 1, c0 = (warp >> 1) * 8;
+    if (c0 < count) qk_unit<1, 1>(sm, 0, c0, kq, kq * 16);
+  } else {
+    const int kq = warp & 1, mt = (warp >> 1) & 1, c0 = (warp >> 2) * 16;
+    if (c0 < count) qk_unit<2, 1>(sm, mt, c0, kq, kq * 32 + mt * 16);
+  }
+}
+
 // Candidates per split of a row with `total` candidates (SparseDecodePlan).
 __device__ __forceinline__ int row_chunk(int total, int splits, int min_chunk, bool cluster_merge) {
   int chunk = ((total + splits - 1) / splits + 15) & ~15;
@@ -178,91 +253,9 @@ __device__ __forceinline__ int row_chunk(int total, int splits, int min_chunk, b
   return max(chunk, min_chunk);
 }
 
-// Writes bf16-rounded v (2 values of head h, dims d, d+1) to the output row.
-__device__ __forceinline__ void store_out2(const SparseDecodeArgs& a, int64_t at, float x, float y) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  if (a.out_f32 != nullptr)
-    *reinterpret_cast<float2*>(a.out_f32 + at) = __bfloat1622float2(v);
-  else
-    *reinterpret_cast<__nv_bfloat162*>(a.out + at) = v;
-}
+#include "gpu/sm90_sparse_decode_merge.cuh"  // store_out2, cluster_merge_epilogue, merge_kernel
 
-// In-cluster merge (the row's `splits` CTAs form one thread-block cluster, rank = split):
-// every CTA stores its unnormalized O in its own smem (over q and k), the cluster barrier makes
-// the partials and (m, l) visible, then CTA `split` merges the split-th slice of the row's
-// H × 512 outputs reading all partials through distributed shared memory, in split order:
-// M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)) — the merge kernel's
-// formula, without the global partials and the second launch. A second barrier keeps every
-// CTA's smem alive until the cluster is done reading it.
-// H: the CTA's heads (its head group), q_off / sink: where they start.
-__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[16][4],
-                                       int splits, int split, bool write_partial, int mt, int grp,
-                                       int64_t q_off, int H, const float* __restrict__ sink) {
-  const int tid = threadIdx.x, lane = tid & 31;
-  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
-  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
-  if (write_partial) {
-#pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int d = grp * 128 + n * 8 + (lane & 3) * 2;
-      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
-      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
-    }
-  }
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  float* wgt = sm.s;  // [splits][64] weights e^(m_s − M)
-  if (tid < H) {  // all remote (m, l) loads in flight at once (unrolled, predicated)
-    float mv[kMaxCluster], lv[kMaxCluster];
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < splits) {
-        mv[s] = *cl.map_shared_rank(&sm.m[tid], s);
-        lv[s] = *cl.map_shared_rank(&sm.l[tid], s);
-      }
-    float big = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < splits) big = fmaxf(big, mv[s]);
-    float l = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < splits) {
-        const float w = mv[s] == -INFINITY ? 0.0f : __expf(mv[s] - big);
-        wgt[s * kHeads + tid] = w;
-        l = fmaf(w, lv[s], l);
-      }
-    sm.alpha[tid] = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(sink[tid] - big));
-  }
-  __syncthreads();
-  // This CTA's slice: float4 units [u0, u1) of the row's H × 128.
-  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
-  const int u1 = min(units, (split + 1) * per);
-  for (int u = split * per + tid; u < u1; u += kThreads) {
-    const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
-    float4 v[kMaxCluster];  // every split's partial in flight at once
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < splits) v[s] = *reinterpret_cast<const float4*>(cl.map_shared_rank(part + h * kPartS + c, s));
-    float4 acc = make_float4(0, 0, 0, 0);
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      const float w = s < splits ? wgt[s * kHeads + h] : 0.0f;
-      if (w != 0.0f) {  // empty splits and heads without candidates hold no partial
-        acc.x = fmaf(w, v[s].x, acc.x);
-        acc.y = fmaf(w, v[s].y, acc.y);
-        acc.z = fmaf(w, v[s].z, acc.z);
-        acc.w = fmaf(w, v[s].w, acc.w);
-      }
-    }
-    const float inv = sm.alpha[h];
-    const int64_t at = q_off + h * kHeadDim + c;
-    store_out2(a, at, acc.x * inv, acc.y * inv);
-    store_out2(a, at + 2, acc.z * inv, acc.w * inv);
-  }
-  cl.sync();
-}
-
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_kernel(const __grid_constant__ SparseDecodeArgs a, int splits, int min_chunk,
                          float* __restrict__ ws, bool cluster_merge, int head_groups,
@@ -292,11 +285,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  const int mt = warp & 3, grp = warp >> 2;
+  // P·V and the epilogue: warp → head tile mt, dims 8·NT·grp.. With 4 tiles sub-partition
+  // warp % 4 takes tile warp % 4; with 1–2 tiles a tile's warps are consecutive (spread over
+  // the four sub-partitions).
+  constexpr int kWarpsPerTile = 64 / NT;
+  const int mt = NT == 16 ? warp & 3 : warp / kWarpsPerTile;
+  const int grp = NT == 16 ? warp >> 2 : warp % kWarpsPerTile;
   const bool head_tile = mt < head_tiles;  // this warp's 16 heads hold real heads
-  float o[16][4];
+  float o[NT][4];
 #pragma unroll
-  for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
   if (has_work) gather_tile(sm, a, rl, r, begin, min(kTile, end - begin));
   // Q → smem (heads × 512 bf16; rows up to the 16-head tile boundary zero-padded), issued
@@ -338,44 +336,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j0 + kTile < end)  // prefetch the next tile (raw and src_* are free now)
       gather_tile(sm, a, rl, r, j0 + kTile, min(kTile, end - j0 - kTile));
 
-    // S = Q·Kᵀ: warp (mt, grp) → heads 16mt.., cands 16grp..; two k-halves for ILP.
-    if (head_tile && grp * 16 < count) {
-      float acc[2][2][4] = {};
-      const __nv_bfloat16* qa = sm.q + (mt * 16 + (lane & 15)) * kQS + (lane >> 4) * 8;
-      const __nv_bfloat16* kb =
-          sm.k + (grp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kQS + ((lane >> 3) & 1) * 8;
-#pragma unroll 4
-      for (int k0 = 0; k0 < kHeadDim / 2; k0 += 16) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int kk = k0 + half * (kHeadDim / 2);
-          uint32_t af[4], bf[4];
-          ldmatrix_x4(af, qa + kk);
-          ldmatrix_x4(bf, kb + kk);
-          mma_bf16(acc[half][0], af, bf[0], bf[1]);
-          mma_bf16(acc[half][1], af, bf[2], bf[3]);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int row = mt * 16 + (lane >> 2), col = grp * 16 + nt * 8 + (lane & 3) * 2;
-        sm.s[row * kSS + col] = (acc[0][nt][0] + acc[1][nt][0]) * a.scale;
-        sm.s[row * kSS + col + 1] = (acc[0][nt][1] + acc[1][nt][1]) * a.scale;
-        sm.s[(row + 8) * kSS + col] = (acc[0][nt][2] + acc[1][nt][2]) * a.scale;
-        sm.s[(row + 8) * kSS + col + 1] = (acc[0][nt][3] + acc[1][nt][3]) * a.scale;
-      }
-    }
+    // S = Q·Kᵀ over work units (head tile, 16-candidate group, k part), one per warp, spread
+    // over the 4 SM sub-partitions (warp % 4); partial sums in Ss rows kq·16·head_tiles + head.
+    qk_tile<NT>(sm, head_tiles, count);
     __syncthreads();
 
-    // Online softmax: 8 threads per head, 8 candidates each.
+    // Online softmax: 8 threads per head, 8 candidates each; s = (Σ k parts in order)·scale.
     {
       const int h = tid >> 3, sub = tid & 7;
+      constexpr int kparts = kQkParts<NT>;
+      const int rows = head_tiles * 16;
+      const bool live = h < rows;
       float sv[8], bmax = -INFINITY;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int c = sub * 8 + i;
-        const bool valid = sm.valid[c] != 0;
-        sv[i] = valid ? sm.s[h * kSS + c] : -INFINITY;
+        sv[i] = -INFINITY;
+        if (live && sm.valid[c] != 0) {
+          const float* sc = sm.s + h * kSS + c;
+          sv[i] = (kparts == 2 ? sc[0] + sc[rows * kSS] : sc[0]) * a.scale;
+        }
         bmax = fmaxf(bmax, sv[i]);
       }
       for (int off = 1; off < 8; off <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(~0u, bmax, off));
@@ -400,11 +380,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    // O = α·O + P·V: warp (mt, grp) → heads 16mt.., dims 128grp..
+    // O = α·O + P·V: warp (mt, grp) → heads 16mt.., dims 8·NT·grp..
     if (head_tile) {
       const float a0 = sm.alpha[mt * 16 + (lane >> 2)], a1 = sm.alpha[mt * 16 + (lane >> 2) + 8];
 #pragma unroll
-      for (int n = 0; n < 16; ++n) {
+      for (int n = 0; n < NT; ++n) {
         o[n][0] *= a0;
         o[n][1] *= a0;
         o[n][2] *= a1;
@@ -412,12 +392,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const __nv_bfloat16* pa = sm.p + (mt * 16 + (lane & 15)) * kPS + (lane >> 4) * 8;
       const __nv_bfloat16* vb =
-          sm.k + ((lane & 7) + ((lane >> 3) & 1) * 8) * kQS + grp * 128 + (lane >> 4) * 8;
+          sm.k + ((lane & 7) + ((lane >> 3) & 1) * 8) * kQS + grp * NT * 8 + (lane >> 4) * 8;
       for (int c0 = 0; c0 < count; c0 += 16) {
         uint32_t af[4];
         ldmatrix_x4(af, pa + c0);
 #pragma unroll
-        for (int n2 = 0; n2 < 8; ++n2) {
+        for (int n2 = 0; n2 < NT / 2; ++n2) {
           uint32_t bf[4];
           ldmatrix_x4_trans(bf, vb + c0 * kQS + n2 * 16);
           mma_bf16(o[2 * n2], af, bf[0], bf[1]);
@@ -429,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_async_wait_all();
   __syncthreads();
 
-  // Epilogue: rows lane/4 and lane/4+8 of head tile mt, dims grp·128 + 8n + 2(lane%4).
+  // Epilogue: rows lane/4 and lane/4+8 of head tile mt, dims 8·NT·grp + 8n + 2(lane%4).
   const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
   if (splits == 1) {
     if (!head_tile) return;
@@ -441,8 +421,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       inv[i] = h >= H || m == -INFINITY ? 0.0f : 1.0f / (sm.l[h] + __expf(a.sink[h_base + h] - m));
     }
 #pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int d = grp * 128 + n * 8 + (lane & 3) * 2;
+    for (int n = 0; n < NT; ++n) {
+      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int h = i ? h1 : h0;
@@ -465,70 +445,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (!head_tile) return;
 #pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int d = grp * 128 + n * 8 + (lane & 3) * 2;
+    for (int n = 0; n < NT; ++n) {
+      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
       if (h0 < H) *reinterpret_cast<float2*>(po + h0 * kHeadDim + d) = make_float2(o[n][0], o[n][1]);
       if (h1 < H) *reinterpret_cast<float2*>(po + h1 * kHeadDim + d) = make_float2(o[n][2], o[n][3]);
     }
-  }
-}
-
-// Merge: one CTA of 128 threads per (row, head); thread i owns dims 4i..4i+3. The splits' m
-// and l are read in parallel (threads stride over splits) and reduced in a fixed order, the
-// weights e^(m_s − M) staged in smem, then the partials accumulated with several loads in
-// flight (a dependent chain of one L2 round trip per split was the serial part).
-__global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ SparseDecodeArgs a,
-                                                    int splits, const float* __restrict__ ws) {
-  __shared__ float w_s[kMaxSplits];
-  __shared__ float red[4];
-  pdl_wait();  // the split kernel's partials
-  pdl_trigger();
-  const int H = a.heads, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int r = blockIdx.x / H, h = blockIdx.x % H;
-  const float* ml = ws + int64_t(r) * splits * H * 2;
-  const float* po = ws + int64_t(a.rows) * splits * H * 2 + int64_t(r) * splits * H * kHeadDim +
-                    h * kHeadDim;
-  float big = -INFINITY;
-  for (int s = tid; s < splits; s += 128) big = fmaxf(big, ml[(s * H + h) * 2]);
-  for (int off = 16; off > 0; off >>= 1) big = fmaxf(big, __shfl_xor_sync(~0u, big, off));
-  if (lane == 0) red[warp] = big;
-  __syncthreads();
-  big = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-  __syncthreads();  // red is reused below
-  float l = 0.0f;
-  for (int s = tid; s < splits; s += 128) {
-    const float m = ml[(s * H + h) * 2];
-    const float w = m == -INFINITY ? 0.0f : __expf(m - big);
-    w_s[s] = w;
-    l += w * ml[(s * H + h) * 2 + 1];
-  }
-  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(~0u, l, off);
-  if (lane == 0) red[warp] = l;
-  __syncthreads();
-  l = (red[0] + red[1]) + (red[2] + red[3]);
-  float4 acc = make_float4(0, 0, 0, 0);
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s) {
-    const float w = w_s[s];
-    if (w != 0.0f) {  // empty splits wrote no partial
-      const float4 v =
-          *reinterpret_cast<const float4*>(po + int64_t(s) * H * kHeadDim + threadIdx.x * 4);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-    }
-  }
-  const float inv = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(a.sink[h] - big));
-  const int64_t at = (int64_t(r) * H + h) * kHeadDim + threadIdx.x * 4;
-  const __nv_bfloat162 v0 = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  const __nv_bfloat162 v1 = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-  if (a.out_f32 != nullptr) {
-    const float2 f0 = __bfloat1622float2(v0), f1 = __bfloat1622float2(v1);
-    *reinterpret_cast<float4*>(a.out_f32 + at) = make_float4(f0.x, f0.y, f1.x, f1.y);
-  } else {
-    reinterpret_cast<__nv_bfloat162*>(a.out + at)[0] = v0;
-    reinterpret_cast<__nv_bfloat162*>(a.out + at)[1] = v1;
   }
 }
 
@@ -539,6 +460,21 @@ __global__ void insert_kernel(const float* __restrict__ kv, const int32_t* __res
   if (e >= n || slots[e] < 0) return;
   kv_encode_entry_warp(kv + e * kHeadDim, pool.base + kv_data_offset(pool, slots[e]),
                        pool.base + kv_scale_offset(pool, slots[e]), int(threadIdx.x & 31));
+}
+
+using KernelFn = void (*)(SparseDecodeArgs, int, int, float*, bool, int, int);
+constexpr KernelFn kKernels[3] = {sparse_decode_kernel<4>, sparse_decode_kernel<8>, sparse_decode_kernel<16>};
+
+// The instantiation for CTAs of up to `group_tiles` head tiles (all use the same smem and threads).
+KernelFn kernel_for(int group_tiles) { return kKernels[group_tiles <= 1 ? 0 : group_tiles == 2 ? 1 : 2]; }
+
+// Lets every instantiation use sizeof(Smem) and clusters of 16; false on failure.
+bool set_kernel_attributes() {
+  for (KernelFn k : kKernels)
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)) != cudaSuccess)
+      return false;
+  return true;
 }
 
 }  // namespace
@@ -552,9 +488,7 @@ int sparse_decode_cluster_capacity(int cluster) {
     return 0;
   }
   call_once_per_device(once, [&] {
-    if (cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
-        cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)) !=
-            cudaSuccess) {
+    if (!set_kernel_attributes()) {
       (void)cudaGetLastError();
       return;
     }
@@ -571,7 +505,7 @@ int sparse_decode_cluster_capacity(int cluster) {
       cfg.attrs = attr;
       cfg.numAttrs = 1;
       int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, sparse_decode_kernel, &cfg) != cudaSuccess) n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kernel_for(4), &cfg) != cudaSuccess) n = 0;
       (void)cudaGetLastError();
       capacity[dev][i] = n;
     }
@@ -598,8 +532,7 @@ void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* w
              "sparse decode: ", p.head_groups, " head groups of ", p.group_tiles, " tiles");
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Smem)));
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    DSV4_CHECK(set_kernel_attributes(), "sparse decode: cudaFuncSetAttribute failed");
   });
   float* ws = static_cast<float*>(workspace);
   const bool cluster_merge = p.cluster > 1;
@@ -624,7 +557,7 @@ void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* w
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_kernel, a, p.splits, p.min_chunk, ws, cluster_merge,
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(p.group_tiles), a, p.splits, p.min_chunk, ws, cluster_merge,
                                 p.head_groups, p.group_tiles));
   if (p.splits > 1 && !cluster_merge) {
     merge_kernel<<<unsigned(a.rows) * unsigned(a.heads), 128, 0, stream>>>(a, p.splits, ws);

@@ -7,16 +7,19 @@
 // Calls of at most kPdlMaxRows rows run inside a PdlScope, as GpuModel's decode (DSV4_PDL=0:
 // plain launches); `pdl=` in the output says which.
 // Usage: gpu_sparse_decode_bench (no arguments).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
 #include "gpu/pdl.h"
 #include "gpu/sm90_indexer_topk.h"
 #include "gpu/sparse_decode.h"
@@ -62,6 +65,14 @@ __global__ void fill_bf16(uint16_t* p, int64_t n, uint32_t seed) {  // FP4-like 
   }
 }
 using Stats = bench::Stats<float>;
+
+// The launch floor of the attention's shape: PDL wait, two cluster barriers, nothing else.
+__global__ void floor_kernel() {
+  pdl_wait();
+  pdl_trigger();
+  cooperative_groups::this_cluster().sync();
+  cooperative_groups::this_cluster().sync();
+}
 
 // Captures kLaunches calls fn(i) in a graph, replays it; per-call µs statistics.
 Stats time_graph(cudaStream_t s, const std::function<void(int)>& fn, int reps = 20) {
@@ -136,6 +147,36 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
               st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
+}
+
+// µs per call of floor_kernel: `ctas` CTAs of 512 threads and ~199 KB smem (one per SM, as the
+// attention), clusters of `cluster`, PDL as at B = 1.
+void floor_case(cudaStream_t s, int ctas, int cluster) {
+  const PdlScope pdl(true);
+  const size_t smem = 199 * 1024;
+  CUDA_CHECK(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  auto call = [&](int) {
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(cluster);
+    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(ctas));
+    cfg.blockDim = dim3(512);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 2 : 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, floor_kernel));
+  };
+  call(0);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const Stats st = time_graph(s, call);
+  std::printf("floor (empty kernel: PDL wait, 2 cluster barriers) %3d CTAs cluster %-2d pdl=%d | %8.2f us (min %.2f max %.2f)\n",
+              ctas, cluster, int(pdl_enabled()), st.med, st.lo, st.hi);
 }
 
 void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, int ctx,
@@ -227,6 +268,9 @@ int main() {
   for (int ctx : {8192, 131072, 1 << 20})
     for (int b : {1, 8})
       for (bool so : {true, false}) indexer_case(s, keys.get(), peak, b, ctx, so);
+  std::printf("\n");
+  for (const auto& [ctas, cl] : {std::pair{64, 16}, std::pair{32, 16}, std::pair{32, 8}, std::pair{64, 1}})
+    floor_case(s, ctas, cl);
   CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

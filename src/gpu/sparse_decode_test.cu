@@ -12,8 +12,9 @@
 //   bf16 at the end). Shapes: heads 2, 20, 32, 64 (padded 16-head tiles), batch 1–64, −1 ids,
 //   lengths 1..640 and HCA lists up to 8192, explicit pools and GpuModel's decode mode (ring
 //   window and HCA lists from positions, per-row buffers, fp32 q/out, graph split_rows); the
-//   in-cluster merge at cluster sizes 2..16 with empty splits, head groups 1/2/4 (uneven too),
-//   and the merge-kernel path.
+//   in-cluster merge at cluster sizes 2..16 with empty splits, head groups 1/2/4 (uneven too;
+//   bit-equal to one group: another kernel instantiation and warp mapping), and the
+//   merge-kernel path.
 //   The KV dequantization is checked bit for bit; the indexer scores must match
 //   cpu::index_scores on all but ≤ 0.1% of keys (tensor-core dots sum in another order; with
 //   FP4-simulated operands they are exact in practice) for 8 and 64 heads, top-4 and top-512,
@@ -302,6 +303,15 @@ TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
   const std::vector<uint16_t> out_bits = d_out.download();
   std::vector<float> out(out_bits.size());
   for (size_t i = 0; i < out.size(); ++i) out[i] = numerics::bf16_bits_to_float(out_bits[i]);
+  if (plan.head_groups > 1) {  // head groups only move a head's arithmetic: the same bits in one CTA
+    const SparseDecodePlan one =
+        plan_sparse_decode(c.rows, c.max_main, c.max_extra, 132, c.min_chunk, H, 0, c.max_cluster, 1);
+    ASSERT_EQ(one.head_groups, 1);
+    d_out.fill_bytes(0);
+    sparse_decode(a, one, ws.get(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_out.download() == out_bits) << c.name << ": groups " << plan.head_groups << " vs 1";
+  }
 
   std::vector<std::vector<const float*>> cands(c.rows);
   for (int r = 0; r < c.rows; ++r) {

@@ -1,0 +1,197 @@
+// The two ways the sm_90a sparse decode attention combines a row's split partials (design:
+// sm90_sparse_decode.cu's header, docs/attention-decode.md): the in-cluster merge epilogue
+// (distributed shared memory, one launch) and the merge kernel (global partials, long lists),
+// plus the bf16 output store both use.
+// Part of sm90_sparse_decode.cu's translation unit: included once, inside its anonymous
+// namespace, after its constants, Smem and SparseDecodeArgs helpers (not a standalone header).
+#pragma once
+
+// Writes bf16-rounded v (2 values of head h, dims d, d+1) to the output row.
+__device__ __forceinline__ void store_out2(const SparseDecodeArgs& a, int64_t at, float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  if (a.out_f32 != nullptr)
+    *reinterpret_cast<float2*>(a.out_f32 + at) = __bfloat1622float2(v);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(a.out + at) = v;
+}
+
+// 32-bit shared::cluster address of `p` in CTA `rank` of the cluster, and loads through it
+// (32-bit addresses keep the merge's 16 remote bases in 16 registers, not 32).
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float ld_cluster(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+// In-cluster merge (the row's `splits` CTAs form one thread-block cluster, rank = split):
+// every CTA stores its unnormalized O in its own smem (over q and k), the cluster barrier makes
+// the partials and (m, l) visible, then CTA `split` merges the split-th slice of the row's
+// H × 512 outputs reading all partials through distributed shared memory, in split order:
+// M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)) — the merge kernel's
+// formula, without the global partials and the second launch. A second barrier keeps every
+// CTA's smem alive until the cluster is done reading it.
+// H: the CTA's heads (its head group), q_off / sink: where they start.
+template <int NT>
+__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[NT][4],
+                                       int splits, int split, bool write_partial, int mt, int grp,
+                                       int64_t q_off, int H, const float* __restrict__ sink) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
+  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
+  if (write_partial) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
+      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
+      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
+    }
+  }
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  // This CTA's slice: float4 units [split·per, u1) of the row's H × 128. With one head tile
+  // (NT 4) a thread's first unit's partials are requested before the (m, l) exchange, so the
+  // two DSMEM round trips overlap.
+  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
+  const int u1 = min(units, (split + 1) * per);
+  float4 v[kMaxCluster];  // every split's partial in flight at once
+  auto load_unit = [&](int u) {
+    const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < splits) v[s] = ld_cluster4(cluster_addr(part + h * kPartS + c, s));
+  };
+  const int u_first = split * per + tid;
+  // (m, l) of every (split, head): ≤ 16 × 64 pairs, two per thread, copied to local smem.
+  float* wgt = sm.s;                           // [splits][64] weights e^(m_s − M)
+  float* m_all = sm.s + kMaxCluster * kHeads;  // [splits][64]
+  float* l_all = m_all + kMaxCluster * kHeads;
+  float m2[2], l2[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int i = tid + k * kThreads, s = i / H, h = i - s * H;
+    if (s < splits) {
+      m2[k] = ld_cluster(cluster_addr(&sm.m[h], s));
+      l2[k] = ld_cluster(cluster_addr(&sm.l[h], s));
+    }
+  }
+  constexpr bool kPreload = NT == 4;  // (registers: the wider kernels would spill)
+  if (kPreload && u_first < u1) load_unit(u_first);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int i = tid + k * kThreads, s = i / H, h = i - s * H;
+    if (s < splits) {
+      m_all[s * kHeads + h] = m2[k];
+      l_all[s * kHeads + h] = l2[k];
+    }
+  }
+  __syncthreads();
+  if (tid < H) {
+    float big = -INFINITY;
+    for (int s = 0; s < splits; ++s) big = fmaxf(big, m_all[s * kHeads + tid]);
+    float l = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = m_all[s * kHeads + tid];
+      const float w = m == -INFINITY ? 0.0f : __expf(m - big);
+      wgt[s * kHeads + tid] = w;
+      l = fmaf(w, l_all[s * kHeads + tid], l);
+    }
+    sm.alpha[tid] = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(sink[tid] - big));
+  }
+  __syncthreads();
+  for (int u = u_first; u < u1; u += kThreads) {
+    if (!kPreload || u != u_first) load_unit(u);
+    const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
+    float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      const float w = s < splits ? wgt[s * kHeads + h] : 0.0f;
+      if (w != 0.0f) {  // empty splits and heads without candidates hold no partial
+        acc.x = fmaf(w, v[s].x, acc.x);
+        acc.y = fmaf(w, v[s].y, acc.y);
+        acc.z = fmaf(w, v[s].z, acc.z);
+        acc.w = fmaf(w, v[s].w, acc.w);
+      }
+    }
+    const float inv = sm.alpha[h];
+    const int64_t at = q_off + h * kHeadDim + c;
+    store_out2(a, at, acc.x * inv, acc.y * inv);
+    store_out2(a, at + 2, acc.z * inv, acc.w * inv);
+  }
+  // Keep this CTA's smem until every CTA has read it. Relaxed: the reads above are complete
+  // (their values are used), and the output stores need no cluster-scope ordering.
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait;\n" ::: "memory");
+}
+
+// NT: n8 tiles (8 dims each) per warp in P·V: 16 (4 warps per head tile, up to 4 tiles), 8
+// (8 warps per tile, 2 tiles) or 4 (16 warps on one tile) — by the plan's group_tiles.
+// Merge: one CTA of 128 threads per (row, head); thread i owns dims 4i..4i+3. The splits' m
+// and l are read in parallel (threads stride over splits) and reduced in a fixed order, the
+// weights e^(m_s − M) staged in smem, then the partials accumulated with several loads in
+// flight (a dependent chain of one L2 round trip per split was the serial part).
+__global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ SparseDecodeArgs a,
+                                                    int splits, const float* __restrict__ ws) {
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float red[4];
+  pdl_wait();  // the split kernel's partials
+  pdl_trigger();
+  const int H = a.heads, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int r = blockIdx.x / H, h = blockIdx.x % H;
+  const float* ml = ws + int64_t(r) * splits * H * 2;
+  const float* po = ws + int64_t(a.rows) * splits * H * 2 + int64_t(r) * splits * H * kHeadDim +
+                    h * kHeadDim;
+  float big = -INFINITY;
+  for (int s = tid; s < splits; s += 128) big = fmaxf(big, ml[(s * H + h) * 2]);
+  for (int off = 16; off > 0; off >>= 1) big = fmaxf(big, __shfl_xor_sync(~0u, big, off));
+  if (lane == 0) red[warp] = big;
+  __syncthreads();
+  big = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+  __syncthreads();  // red is reused below
+  float l = 0.0f;
+  for (int s = tid; s < splits; s += 128) {
+    const float m = ml[(s * H + h) * 2];
+    const float w = m == -INFINITY ? 0.0f : __expf(m - big);
+    w_s[s] = w;
+    l += w * ml[(s * H + h) * 2 + 1];
+  }
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(~0u, l, off);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  l = (red[0] + red[1]) + (red[2] + red[3]);
+  float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) {
+    const float w = w_s[s];
+    if (w != 0.0f) {  // empty splits wrote no partial
+      const float4 v =
+          *reinterpret_cast<const float4*>(po + int64_t(s) * H * kHeadDim + threadIdx.x * 4);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+  }
+  const float inv = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(a.sink[h] - big));
+  const int64_t at = (int64_t(r) * H + h) * kHeadDim + threadIdx.x * 4;
+  const __nv_bfloat162 v0 = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  const __nv_bfloat162 v1 = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (a.out_f32 != nullptr) {
+    const float2 f0 = __bfloat1622float2(v0), f1 = __bfloat1622float2(v1);
+    *reinterpret_cast<float4*>(a.out_f32 + at) = make_float4(f0.x, f0.y, f1.x, f1.y);
+  } else {
+    reinterpret_cast<__nv_bfloat162*>(a.out + at)[0] = v0;
+    reinterpret_cast<__nv_bfloat162*>(a.out + at)[1] = v1;
+  }
+}
