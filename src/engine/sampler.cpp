@@ -33,12 +33,16 @@ DeviceDraw Sampler::prepare_device_draw() {
   d.eligible = params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
                params_.presence_penalty == 0.0f;
   d.greedy = greedy_params();
-  d.inv_temperature = 1.0 / params_.temperature;
+  d.inv_temperature = inv_temperature();
   d.top_p = params_.top_p;
-  d.min_rel = params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : -std::numeric_limits<float>::infinity();
+  d.min_rel = min_rel();
   d.top_k = params_.top_k;
   if (!d.greedy) d.u = next_uniform();
   return d;
+}
+
+float Sampler::min_rel() const {
+  return params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : kNegInf;
 }
 
 double Sampler::next_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
@@ -63,12 +67,12 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 // time: top_p and the draw stop early on a peaked row, so most rows never sort the vocabulary.
 // p_i = float(exp(rel_i)); the total of every candidate's p_i is summed in candidate order.
 int32_t Sampler::draw(std::span<const float> logits, float max_logit, double u) {
-  const double inv_t = 1.0 / params_.temperature;
+  const double inv_t = inv_temperature();
   scratch_.clear();
-  const float min_rel = params_.min_p > 0 ? static_cast<float>(std::log(params_.min_p)) : kNegInf;
+  const float min_r = min_rel();
   for (size_t i = 0; i < logits.size(); ++i) {
     const float rel = static_cast<float>((logits[i] - max_logit) * inv_t);  // log(p_i / p_max)
-    if (rel == kNegInf || rel < min_rel) continue;
+    if (rel == kNegInf || rel < min_r) continue;
     scratch_.emplace_back(rel, static_cast<int32_t>(i));
   }
   if (params_.top_k > 0 && static_cast<int64_t>(scratch_.size()) > params_.top_k) {

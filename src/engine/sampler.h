@@ -59,6 +59,8 @@ class Sampler {
   // A non-greedy draw from logits (max_logit = their maximum, finite).
   int32_t draw(std::span<const float> logits, float max_logit, double u);
   bool greedy_params() const { return params_.temperature <= 1e-6f || params_.top_k == 1; }
+  double inv_temperature() const { return 1.0 / params_.temperature; }
+  float min_rel() const;  // log(min_p) in fp32 (−inf when min_p = 0): candidates keep rel ≥ it
   double next_uniform();  // [0, 1), 53 random bits
 
   SamplingParams params_;

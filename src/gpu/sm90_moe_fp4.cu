@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "gpu/sm90_moe_fp4.cuh"
+#include "gpu/sm90_moe_group.cuh"
 
 namespace dsv4::gpu {
 namespace {

@@ -15,6 +15,8 @@
 //     counter) Q8-quantizes it.
 //  2. down: same mainloop over w2, item = (chunk, 32 D-rows), output bf16(acc) per position.
 //  3. combine: per token, Σ over its experts in ascending id (fp32) + shared, one bf16 round.
+// Phases 0 and 3 (the routing side) live in sm90_moe_group.cuh; this file has the shared
+// definitions and the gemm mainloop (phases 1 and 2).
 // Weights come in the stage-tile layout (moe_grouped.h): a warp's stage is contiguous 2 KB /
 // 4 KB blocks, copied straight into its ring slot. Under programmatic dependent launch the
 // gemm kernels start their first item's weight copies before the previous launch completes.
@@ -172,6 +174,7 @@ __device__ __forceinline__ float pow2_ratio(float a, float b) {
 }
 __device__ __forceinline__ float e8m0f(uint32_t b) { return __uint_as_float(b ? b << 23 : 0x00400000u); }
 
+
 // Q8 of 128 values (4 per lane) into codes (MMA layout) + scale; k0 = first K index.
 __device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8_t* codes_row, float* scale) {
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -184,89 +187,6 @@ __device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8
     codes_row[mma_layout_offset(k)] = float_to_e4m3(fminf(fmaxf(vals[i] / sc, -448.0f), 448.0f));
   }
   if (lane == 0) *scale = sc;
-}
-
-// Phase 0. Blocks 0..T−1: quantize row b of x. Block T: routing → positions and chunks.
-// blockDim = 1024.
-__global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__ Params p) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  pdl_wait();  // x, ids, weights come from earlier kernels; the gate+up grid may launch now
-  pdl_trigger();
-  if (blockIdx.x < unsigned(p.T)) {
-    const int t = blockIdx.x;
-    for (int qb = warp; qb < p.D / 128; qb += 32) {
-      const float4 v = *reinterpret_cast<const float4*>(p.x + size_t(t) * p.D + qb * 128 + lane * 4);
-      q8_block_store(v, lane, qb * 128, p.xq + size_t(t) * p.D, p.xs + size_t(t) * (p.D / 128) + qb);
-    }
-    return;
-  }
-  __shared__ int cnt[kMaxE + 1], fill[kMaxE + 1], off[kMaxE + 2], choff[kMaxE + 2];
-  __shared__ int wsum[2][32];
-  const int E = p.E, S = p.T * p.k, tid = threadIdx.x;
-  if (tid <= E) {
-    cnt[tid] = (tid == E && p.has_shared) ? p.T : 0;
-    fill[tid] = 0;
-  }
-  __syncthreads();
-  for (int s = tid; s < S; s += blockDim.x) atomicAdd(&cnt[min(max(p.ids[s], 0), E - 1)], 1);
-  __syncthreads();
-  // Block-wide exclusive scan of cnt and of the routed chunk counts (one entry per thread).
-  // The shared expert's chunks (tid == E, each twice: its two halves of the rows) come first,
-  // at indices 0..shared_chunks(T)−1 whatever the routing (the gate+up kernel starts their
-  // weight copies before the grid dependency resolves), so they stay out of the chunk scan.
-  const int nsc = p.has_shared ? shared_chunks(p.T) : 0;
-  int c = tid <= E ? cnt[tid] : 0, nc = tid < E ? (c + kTok - 1) / kTok : 0;
-  int ic = c, inc = nc;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) {
-      ic += a;
-      inc += b;
-    }
-  }
-  if (lane == 31) {
-    wsum[0][warp] = ic;
-    wsum[1][warp] = inc;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    int a = wsum[0][lane], b = wsum[1][lane];
-    for (int o = 1; o < 32; o <<= 1) {
-      const int x = __shfl_up_sync(0xffffffffu, a, o), y = __shfl_up_sync(0xffffffffu, b, o);
-      if (lane >= o) {
-        a += x;
-        b += y;
-      }
-    }
-    wsum[0][lane] = a;
-    wsum[1][lane] = b;
-  }
-  __syncthreads();
-  const int base0 = warp ? wsum[0][warp - 1] : 0, base1 = warp ? wsum[1][warp - 1] : 0;
-  if (tid <= E) {
-    off[tid] = base0 + ic - c;
-    choff[tid] = tid == E ? 0 : nsc + base1 + inc - nc;
-    if (tid == E) *p.num_chunks = nsc + base1 + inc;
-  }
-  __syncthreads();
-  for (int s = tid; s < S; s += blockDim.x) {
-    const int e = min(max(p.ids[s], 0), E - 1);
-    const int pos = off[e] + atomicAdd(&fill[e], 1);
-    p.pos_token[pos] = s / p.k;
-    p.pos_weight[pos] = p.weights[s];
-    p.slot_pos[s] = pos;
-  }
-  if (p.has_shared)
-    for (int t = tid; t < p.T; t += blockDim.x) {
-      p.pos_token[off[E] + t] = t;
-      p.pos_weight[off[E] + t] = 1.0f;
-    }
-  if (tid == E) nc = nsc;
-  if (tid <= E)
-    for (int j = 0; j < nc; ++j) {
-      const int q = tid == E ? j >> 1 : j;  // shared: chunk q, half j & 1
-      p.chunks[choff[tid] + j] = Chunk{tid + (tid == E ? j & 1 : 0), off[tid] + q * kTok, min(kTok, c - q * kTok)};
-    }
 }
 
 // Weight source of one warp item in the stage-tile layout (moe_grouped.h): stage s of the
@@ -568,38 +488,6 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
     else moe_item<kUp, false, kNs, kDiag>(p, ch, ci, tile, sm, lane, w_pre);
     w_pre = false;
   }
-}
-
-// Phase 3: out[t] = bf16(Σ_{ascending expert id} y[pos] + y[shared pos]); blockDim = 256,
-// grid (T, ⌈D/1024⌉): each thread sums 4 columns (float4 loads, all k+1 independent), so a
-// small batch still spreads over several SMs with one load latency per thread.
-__global__ void __launch_bounds__(256) moe_combine_kernel(const __grid_constant__ Params p) {
-  pdl_wait();
-  pdl_trigger();
-  const int t = blockIdx.x, c = (blockIdx.y * 256 + threadIdx.x) * 4;
-  if (c >= p.D) return;
-  int order[kMaxTopK];
-  for (int j = 0; j < p.k; ++j) {  // stable insertion sort by expert id
-    int q = j;
-    while (q > 0 && p.ids[t * p.k + order[q - 1]] > p.ids[t * p.k + j]) {
-      order[q] = order[q - 1];
-      --q;
-    }
-    order[q] = j;
-  }
-  const int P = p.T * p.k;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int j = 0; j < p.k; ++j) {
-    const float4 v = *reinterpret_cast<const float4*>(p.y + size_t(p.slot_pos[t * p.k + order[j]]) * p.D + c);
-    acc.x += v.x;
-    acc.y += v.y;
-    acc.z += v.z;
-    acc.w += v.w;
-  }
-  const float4 sh = p.has_shared ? *reinterpret_cast<const float4*>(p.y + size_t(P + t) * p.D + c)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  *reinterpret_cast<float4*>(p.out + size_t(t) * p.D + c) = make_float4(
-      round_bf16(acc.x + sh.x), round_bf16(acc.y + sh.y), round_bf16(acc.z + sh.z), round_bf16(acc.w + sh.w));
 }
 
 }  // namespace dsv4::gpu::moe4

@@ -1,0 +1,45 @@
+// Helpers shared by the GPU kernel tests (test-only): skip without a device, random bf16-valued
+// inputs, bf16 uploads, relative error.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "numerics/formats.h"
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::dsv4::gpu::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
+
+namespace dsv4::gpu {
+
+// n bf16-valued floats from normal(0, std), seeded.
+inline std::vector<float> random_bf16(size_t n, float std, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = numerics::round_bf16(d(rng));
+  return v;
+}
+
+// Max |a−b| / max(|b|, tiny) over the arrays.
+inline double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::max(1e-30, std::fabs(double(b[i]))));
+  return m;
+}
+
+// The bf16 bit patterns of v (round to nearest even).
+inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = numerics::float_to_bf16_bits(v[i]);
+  return b;
+}
+
+}  // namespace dsv4::gpu
