@@ -7,7 +7,8 @@
 #   tp:    tensor parallelism TP2 vs TP1 and the one-shot all-reduce test + latency vs NCCL (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
 #          weights over FLASH_TP GPUs (default 2): time to ready + decode at each of FLASH_BATCHES
 #          (space-separated, default "1"), FLASH_CONTEXT (8192).
-#   ttft: one 8K prompt's prefill profile + `dsv4 bench` through the server (8K prompts, C=1,8).
+#   ttft: one 8K prompt's prefill profile + `dsv4 bench` through the server (8K prompts; concurrency
+#         list TTFT_CONCURRENCY, default 1,8; TTFT_PROMPTS requests per level, default 8).
 #   tp, flash and ttft run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
@@ -108,7 +109,7 @@ flash_bench() {
   local pid=$! rc=1
   if wait_healthy "$port" $pid 600 0.5; then
     "$BUILD/dsv4" bench --port "$port" --backend openai-completions --random-input-len 8192 --random-output-len 64 \
-      --random-range-ratio 1.0 --num-prompts 8 --max-concurrency ${TTFT_CONCURRENCY:-1,8} --warmup-requests 1 \
+      --random-range-ratio 1.0 --num-prompts ${TTFT_PROMPTS:-8} --max-concurrency ${TTFT_CONCURRENCY:-1,8} --warmup-requests 1 \
       --disable-progress --output-file "$OUT/ttft_bench.json"
     rc=$?
   else

@@ -96,7 +96,6 @@ void GpuModel::tp_reduce(float* x, int64_t count) {
                     2.0 * static_cast<double>(count) * sizeof(float), stream_);
     tp_group_->all_reduce_sum(tp_rank_, x, count, stream_);
   }
-  round_bf16_values(x, count, stream_);
 }
 
 std::unique_ptr<GpuModel> GpuModel::build_ranks(const model::ModelConfig& config, GpuModelOptions opts,
@@ -247,32 +246,31 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
                     w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, cache, stream_);
 }
 
-GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, const RopeFn& rope) {
+GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos,
+                                         const float* rope) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
-  const int rd = c.qk_rope_head_dim;
+  const int pairs = c.qk_rope_head_dim / 2;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t qmax = std::max<int64_t>({D, ql, local_groups() * c.o_lora_rank});
   QkvRows r;
   r.qa = grow(s.qa, n * qmax);
   r.sa = grow(s.sa, n * qmax / 128);
   float* tq = grow(s.tq, n * ql);
-  float* qr = grow(s.qr, n * ql);
   r.q = grow(s.q, n * H * d);
   float* tkv = grow(s.tkv, n * d);
   r.kv = grow(s.kv, n * d);
   quantize_q8_rows(x, n, D, r.qa, r.sa, stream_);
-  lin8(r.qa, r.sa, n, 1, w.wq_a.w.get(), w.wq_a.s.get(), ql, D, nullptr, tq, stream_);
-  lin8(r.qa, r.sa, n, 1, w.wkv.w.get(), w.wkv.s.get(), d, D, nullptr, tkv, stream_);
-  rms_norm_rows(tq, w.q_norm.get(), n, ql, eps, qr, stream_);
-  quantize_q8_rows(qr, n, ql, r.qa, r.sa, stream_);  // qa/sa now hold Q8(qr)
+  const Lin8Out qkv[2] = {{.w = w.wq_a.w.get(), .ws = w.wq_a.s.get(), .out = ql, .y = tq},
+                         {.w = w.wkv.w.get(), .ws = w.wkv.s.get(), .out = d, .y = tkv}};
+  lin8_multi(r.qa, r.sa, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
+  rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
-  head_rms_bf16_rows(r.q, n * H, static_cast<int>(d), eps, stream_);
-  rope(r.q, n * H, H, false);
-  rms_norm_rows(tkv, w.kv_norm.get(), n, d, eps, r.kv, stream_);
-  rope(r.kv, n, 1, false);
-  simulate_q8_rows(r.kv, n, d, static_cast<int>(d - rd), 64, stream_);
+  pos.rows_per_pos = H;
+  head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs, pos, stream_);
+  pos.rows_per_pos = 1;
+  norm_rope_simulate_q8_rows(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos, 64, r.kv, stream_);
   return r;
 }
 
@@ -428,12 +426,13 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
     rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
   };
   pre(w.hc_attn, w.attn_norm);
+  const bool summed = tp_size_ > 1;  // sub is then an unrounded all-reduce result
   attend(x, sub);
-  hc_post(sub, post, comb, n, D, hc, streams, stream_);
+  hc_post(sub, post, comb, n, D, hc, summed, streams, stream_);
   pre(w.hc_ffn, w.ffn_norm);
   moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
   tp_reduce(sub, n * D);
-  hc_post(sub, post, comb, n, D, hc, streams, stream_);
+  hc_post(sub, post, comb, n, D, hc, summed, streams, stream_);
 }
 
 void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,

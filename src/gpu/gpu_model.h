@@ -28,6 +28,7 @@
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_weights.h"
 #include "gpu/moe_grouped.h"
+#include "gpu/ops.h"
 #include "gpu/sampling.h"
 #include "gpu/tp_group.h"
 #include "model/model_config.h"
@@ -178,19 +179,18 @@ class GpuModel {
   // prefill or the decode attention), mHC post, then the same around the MoE.
   void block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,
              const std::function<void(const float* x, float* out)>& attend);
-  // Attention step 1 (q and window-KV paths) on n rows of x [n, D]: Q8, wq_a/wkv, q_norm, Q8,
-  // wq_b, head RMS, RoPE of q and kv via rope(rows, count, rows_per_pos, inverse) (prefill:
-  // consecutive positions; decode: each row's own), kv_norm, Q8 simulation of kv's no-rope
-  // part. Returns workspace views: qa/sa hold Q8(q_norm(wq_a x)) (the indexer reads them),
-  // q [n, H_local, d], kv [n, d].
+  // Attention step 1 (q and window-KV paths) on n rows of x [n, D]: Q8, wq_a/wkv, q_norm + Q8,
+  // wq_b, head RMS + RoPE of q, kv_norm + RoPE + Q8 simulation of kv's no-rope part (fused_rows.cu)
+  // at the rows' positions `pos` (rows_per_pos is set here; prefill: pos0 = start_pos; decode:
+  // each row's own) from the RoPE table `rope`. Returns workspace views: qa/sa hold
+  // Q8(q_norm(wq_a x)) (the indexer reads them), q [n, H_local, d], kv [n, d].
   struct QkvRows {
     uint8_t* qa = nullptr;
     float* sa = nullptr;
     float* q = nullptr;
     float* kv = nullptr;
   };
-  using RopeFn = std::function<void(float* rows, int64_t count, int64_t rows_per_pos, bool inverse)>;
-  QkvRows project_qkv(const AttentionW& w, const float* x, int64_t n, const RopeFn& rope);
+  QkvRows project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos, const float* rope);
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
   void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out);
@@ -237,8 +237,9 @@ class GpuModel {
   DecodeGraph& capture_decode_graph(int batch);
   void release_decode_graphs();
 
-  // Sums a partial [count] fp32 activation over the tensor-parallel ranks and rounds it to
-  // bf16 (no-op with one rank). Called after wo_b and after the MoE.
+  // Sums a partial [count] fp32 activation over the tensor-parallel ranks (no-op with one rank),
+  // unrounded: its one consumer, hc_post, reads it as bf16 (round_f = tp_size_ > 1). Called
+  // after wo_b and after the MoE.
   void tp_reduce(float* x, int64_t count);
 
   model::ModelConfig config_;

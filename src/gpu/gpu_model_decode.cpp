@@ -291,10 +291,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const DecodeLayerCache* caches = step.caches + layer * n;
   // 1. q and window-KV paths (attention()'s, RoPE at each row's own position).
-  const RopeFn rope_at = [&](float* rows, int64_t count, int64_t rows_per_pos, bool inverse) {
-    decode_rope_rows(rows, count, d, rows_per_pos, step.pos, rope, pairs, inverse, stream_);
-  };
-  const QkvRows p = project_qkv(w, x, n, rope_at);
+  const QkvRows p = project_qkv(w, x, n, RowPositions{.positions = step.pos}, rope);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
@@ -332,9 +329,8 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
       compress_decode(ix.compressor, layer, step, ipkv, ipsc, true);
       float* iq = grow(s.iq, n * HI * dh);
       lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
-      decode_rope_rows(iq, n * HI, dh, HI, step.pos, rope, pairs, false, stream_);
-      hadamard_rows(iq, n * HI, dh, stream_);
-      simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
+      rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI},
+                            stream_);
       const int64_t max_visible = step.pos_bound / ratio;
       uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
       int32_t* sel = grow(s.sel, n * c.index_topk);
@@ -367,7 +363,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
       grow(s.attn_ws, static_cast<int64_t>(decode_attend_workspace_bytes(attn_path_, split_rows, a.H, num_sms_)));
   decode_attend(attn_path_, a, n, split_rows, max_extra, num_sms_, step.pos, caches, aws, stream_);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
-  rope_at(attn, n * H, H, true);
+  decode_rope_rows(attn, n * H, d, H, step.pos, rope, pairs, true, stream_);
   output_projection(w, attn, n, qa, sa, out);
 }
 

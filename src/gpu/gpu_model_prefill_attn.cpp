@@ -35,10 +35,7 @@ void GpuModel::attention(const AttentionW& w,
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const bool sm90 = attn_path_ == DecodeAttnPath::kSm90;
   // 1. q and window-KV paths.
-  const RopeFn rope_at = [&](float* rows, int64_t count, int64_t rows_per_pos, bool inverse) {
-    rope_rows(rows, count, d, rows_per_pos, start_pos, 1, rope, pairs, inverse, stream_);
-  };
-  const QkvRows p = project_qkv(w, x, n, rope_at);
+  const QkvRows p = project_qkv(w, x, n, RowPositions{.pos0 = start_pos}, rope);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
@@ -81,9 +78,7 @@ void GpuModel::attention(const AttentionW& w,
            nullptr,
            iq,
            stream_);
-      rope_rows(iq, n * HI, dh, HI, start_pos, 1, rope, pairs, false, stream_);
-      hadamard_rows(iq, n * HI, dh, stream_);
-      simulate_q4_rows(iq, n * HI, dh, dh, 32, stream_);
+      rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.pos0 = start_pos, .rows_per_pos = HI}, stream_);
       const float wscale =
           static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
       dense_linear(x,
@@ -147,7 +142,7 @@ void GpuModel::attention(const AttentionW& w,
     sparse_attention(a, stream_);
   window_ring_update(kv, n, start_pos, win, static_cast<int>(d), cache.window.get(), stream_);
   // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
-  rope_at(attn, n * H, H, true);
+  rope_rows(attn, n * H, d, H, start_pos, 1, rope, pairs, true, stream_);
   output_projection(w, attn, n, qa, sa, out);
 }
 

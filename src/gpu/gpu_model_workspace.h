@@ -26,7 +26,7 @@ struct GpuModel::Workspace {
   DeviceBuffer<float> streams, mixed, x, post, comb, mixes, sub;
   DeviceBuffer<uint8_t> qa, qb;
   DeviceBuffer<float> sa, sb;
-  DeviceBuffer<float> tq, qr, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iproj_kv, iproj_sc, iq, iw, scores;
+  DeviceBuffer<float> tq, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iproj_kv, iproj_sc, iq, iw, scores;
   DeviceBuffer<float> craw;  // the attention compressor's raw entries before the FP8 encode
   DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;
   DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;

@@ -20,6 +20,7 @@
 #include "gpu/ops.h"
 #include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
+#include "gpu/row_ops.cuh"
 
 namespace dsv4::gpu {
 namespace {
@@ -36,16 +37,9 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t blocks_p
   const int lane = threadIdx.x & 31;
   const int64_t row = b / blocks_per_row, kb = b % blocks_per_row;
   const float* xb = x + row * in + kb * 128;
-  float v[4], amax = 0.0f;
-  for (int i = 0; i < 4; ++i) {
-    v[i] = xb[lane * 4 + i];
-    amax = fmaxf(amax, fabsf(v[i]));
-  }
-  amax = warp_max(amax);
-  const float sc = q8_block_scale(amax);
-  uint8_t* cb = codes + row * in + kb * 128;
-  for (int i = 0; i < 4; ++i) cb[lane * 4 + i] = float_to_e4m3(fminf(fmaxf(v[i] / sc, -448.0f), 448.0f));
-  if (lane == 0) scales[b] = sc;
+  float v[4];
+  for (int i = 0; i < 4; ++i) v[i] = xb[lane * 4 + i];
+  q8_quantize_block_warp(v, lane, codes + row * in + kb * 128, scales + b);
 }
 
 __global__ void lin8_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
@@ -340,29 +334,13 @@ __global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restri
   pdl_wait();
   pdl_trigger();
   __shared__ double red[32];
-  const int64_t nvec = dim / 4;
-  const float4* xr = reinterpret_cast<const float4*>(x + int64_t(blockIdx.x) * dim);
   float4 v[VPT];
-  double ss = 0.0;
-#pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;
-    v[i] = j < nvec ? __ldg(xr + j) : make_float4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int i = 0; i < VPT; ++i) ss = add_squares(ss, v[i]);
-  ss = block_sum(ss, red);
-  const float ms = float(ss / double(dim));
-  const float rs = 1.0f / sqrtf(ms + eps);
+  rms_norm_row_regs<VPT>(x + int64_t(blockIdx.x) * dim, w, dim, eps, v, red);
   float4* yr = reinterpret_cast<float4*>(y + int64_t(blockIdx.x) * dim);
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;
-    if (j < nvec) {
-      const float4 wv = __ldg(reinterpret_cast<const float4*>(w) + j);
-      yr[j] = make_float4(round_bf16(wv.x * (v[i].x * rs)), round_bf16(wv.y * (v[i].y * rs)),
-                          round_bf16(wv.z * (v[i].z * rs)), round_bf16(wv.w * (v[i].w * rs)));
-    }
+    if (j < dim / 4) yr[j] = v[i];
   }
 }
 
@@ -395,6 +373,31 @@ void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
   if (ids == nullptr && mma::lin8(xq, xs, rows, x_row_div, w, ws, out, in, y, round_out, s)) return;
   launch_pdl(lin8_kernel, warp_grid(out, rows), kWarps * 32, 0, s, xq, xs, x_row_div, w, ws, out, in, ids, y, round_out);
+}
+
+void lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, std::span<const Lin8Out> outs,
+                cudaStream_t s) {
+  DSV4_CHECK(in % 128 == 0, "Lin8 input width ", in, " is not a multiple of 128");
+  if (rows == 0 || outs.empty()) return;
+  DSV4_CHECK(outs.size() <= size_t(mma::kMaxDenseSegments), "lin8_multi: ", outs.size(), " outputs > ",
+             mma::kMaxDenseSegments);
+  mma::Lin8Segment segs[mma::kMaxDenseSegments];
+  double bytes = double(rows) * in * (1 + 4.0 / 128);
+  int64_t total = 0;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const Lin8Out& o = outs[j];
+    bytes += double(o.out) * in + double((o.out + 127) / 128) * (in / 128) + double(rows) * o.out * 4;
+    total += o.out;
+    segs[j] = {.w = o.w, .ws = o.ws, .out = o.out, .y = o.y, .round_out = o.round_out};
+  }
+  {
+    prof::Launch pl("lin8", bytes, s, [&] {
+      return "rows=" + std::to_string(rows) + " out=" + std::to_string(total) + " in=" + std::to_string(in) + " (" +
+             std::to_string(outs.size()) + " fused)";
+    });
+    if (mma::lin8_multi(xq, xs, rows, in, segs, int(outs.size()), s)) return;
+  }
+  for (const Lin8Out& o : outs) lin8(xq, xs, rows, 1, o.w, o.ws, o.out, in, nullptr, o.y, s, o.round_out);
 }
 
 void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,

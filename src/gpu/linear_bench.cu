@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
       t = time_graph([&](int, cudaStream_t s) { rms_norm_rows(xo.get(), nw.get(), M, dim, 1e-6f, yo.get(), s); }, replays);
       report("small", "rms_norm dim=" + std::to_string(dim), M, M * dim * 8.0 + dim * 4.0, t);
     }
-    t = time_graph([&](int, cudaStream_t s) { hc_post(xo.get(), post.get(), comb.get(), M, D, int(hc), streams.get(), s); },
+    t = time_graph([&](int, cudaStream_t s) { hc_post(xo.get(), post.get(), comb.get(), M, D, int(hc), false, streams.get(), s); },
                    replays);
     report("small", "hc_post D=4096", M, M * D * 4.0 + M * hc * D * 8.0, t);
     // Q8 / Q4 simulation of 2 rows per token × 448 values (stride 512), as in the model's decode.

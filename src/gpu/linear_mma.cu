@@ -48,6 +48,7 @@ struct Args {
   int nseg;
   struct Seg {
     const void* w;
+    const uint8_t* ws;  // lin8
     int64_t out, tile0;
     float* y;
     bool round;
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
       if (i == j) {
         by -= a.seg[i].tile0;
         a.w = a.seg[i].w;
+        a.ws = a.seg[i].ws;
         a.out = a.opg = a.seg[i].out;
         a.y = a.seg[i].y;
         a.round = a.seg[i].round;
@@ -434,10 +436,24 @@ bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegme
          .y = segs[0].y, .nseg = nseg, .seg = {}};
   for (int j = 0; j < nseg; ++j) {
     if (segs[j].out <= 0 || !aligned16(segs[j].w)) return false;
-    a.seg[j] = {.w = segs[j].w, .out = segs[j].out, .tile0 = 0, .y = segs[j].y, .round = segs[j].round_bf16,
-                .post_scale = segs[j].post_scale};
+    a.seg[j] = {.w = segs[j].w, .ws = nullptr, .out = segs[j].out, .tile0 = 0, .y = segs[j].y,
+                .round = segs[j].round_bf16, .post_scale = segs[j].post_scale};
   }
   return dispatch<Wt::kBf16>(a, s);
+}
+
+bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, const Lin8Segment* segs, int nseg,
+                cudaStream_t s) {
+  if (nseg < 1 || nseg > kMaxDenseSegments || in % 128 != 0 || !aligned16(xq) || rows <= 0) return false;
+  Args a{.x = xq, .xs = xs, .x_row_div = 1, .x_stride = in, .w = segs[0].w, .ws = segs[0].ws, .rows = rows,
+         .out = segs[0].out, .in = in, .opg = segs[0].out, .tiles_per_group = 1, .round = segs[0].round_out,
+         .post_scale = 0.0f, .y = segs[0].y, .nseg = nseg, .seg = {}};
+  for (int j = 0; j < nseg; ++j) {
+    if (segs[j].out <= 0 || !aligned16(segs[j].w)) return false;
+    a.seg[j] = {.w = segs[j].w, .ws = segs[j].ws, .out = segs[j].out, .tile0 = 0, .y = segs[j].y,
+                .round = segs[j].round_out, .post_scale = 0.0f};
+  }
+  return dispatch<Wt::kFp8>(a, s);
 }
 
 int tile_count() { return kNumTiles; }

@@ -40,6 +40,18 @@ struct DenseSegment {
 };
 bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegment* segs, int nseg, cudaStream_t s);
 
+// Several lin8 weights over the same Q8 activations xq [rows, in] (x_row_div = 1) in one launch:
+// output j equals lin8 on that weight alone bit for bit. At most kMaxDenseSegments.
+struct Lin8Segment {
+  const uint8_t* w = nullptr;   // e4m3 [out, in]
+  const uint8_t* ws = nullptr;  // E8M0 [ceil(out/128), in/128]
+  int64_t out = 0;
+  float* y = nullptr;           // [rows, out]
+  bool round_out = true;
+};
+bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, const Lin8Segment* segs, int nseg,
+                cudaStream_t s);
+
 // Tests and benchmarks: run every later call on tile configuration i (0 .. tile_count() − 1;
 // a tile that does not fit a grouped call falls back to the default), −1 = choose by rows again.
 // Every tile gives the same bits. Not thread-safe; not for the model.

@@ -430,6 +430,42 @@ TEST(DenseMultiTest, EqualsOneCallPerOutput) {
   }
 }
 
+// lin8_multi (the decode step's wq_a + wkv in one launch): every output equals its own lin8 call
+// bit for bit, at decode and prefill row counts, rounded and unrounded, with outputs that are not
+// multiples of 16 or 128 (partial m-tiles and scale blocks).
+TEST(Lin8MultiTest, EqualsOneCallPerOutput) {
+  SKIP_WITHOUT_GPU();
+  const int64_t in = 4096;
+  const int64_t outs_n[] = {1024, 512, 200, 72};
+  std::vector<Fp8Case> cases;
+  std::vector<DeviceBuffer<uint8_t>> dw, ds;
+  for (int j = 0; j < 4; ++j) {
+    cases.emplace_back(outs_n[j], in, 50 + j);
+    dw.push_back(to_device(cases.back().codes));
+    ds.push_back(to_device(cases.back().sc));
+  }
+  for (const int64_t rows : {1, 5, 16, 33, 64, 300}) {
+    auto dx = to_device(random_bf16(rows * in, 1.0f, 75 + rows));
+    DeviceBuffer<uint8_t> q(rows * in);
+    DeviceBuffer<float> qs(rows * in / 128);
+    quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+    std::vector<DeviceBuffer<float>> ym, ys;
+    Lin8Out outs[4];
+    for (int j = 0; j < 4; ++j) {
+      ym.emplace_back(rows * outs_n[j]);
+      ys.emplace_back(rows * outs_n[j]);
+      outs[j] = {.w = dw[j].get(), .ws = ds[j].get(), .out = outs_n[j], .y = ym[j].get(), .round_out = j != 1};
+      lin8(q.get(), qs.get(), rows, 1, dw[j].get(), ds[j].get(), outs_n[j], in, nullptr, ys[j].get(), nullptr,
+           outs[j].round_out);
+    }
+    lin8_multi(q.get(), qs.get(), rows, in, std::span<const Lin8Out>(outs, 4), nullptr);
+    for (int j = 0; j < 4; ++j) {
+      const auto a = ym[j].download(), b = ys[j].download();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "rows " << rows << " output " << j;
+    }
+  }
+}
+
 // Activations that are not bf16 values take the bf16 hi + lo split (two MMAs per step; bf16-valued
 // ones skip the zero lo half): the result stays within 2^-16 of the row's magnitude of the exact
 // sum.

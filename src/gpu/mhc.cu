@@ -278,7 +278,7 @@ bool hc_fast_ok(int hc, int64_t dim, const void* streams, const void* out) {
 }
 
 __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restrict__ post,
-                               const float* __restrict__ comb, int64_t n, int64_t dim, int hc,
+                               const float* __restrict__ comb, int64_t n, int64_t dim, int hc, bool round_f,
                                float* streams) {
   pdl_wait();
   pdl_trigger();
@@ -289,10 +289,11 @@ __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restr
   const float* cb = comb + t * hc * hc;
   float in[kMaxHc], outv[kMaxHc];
   for (int i = 0; i < hc; ++i) in[i] = X[i * dim + k];
+  const float fv = round_f ? round_bf16(f[t * dim + k]) : f[t * dim + k];
   for (int j = 0; j < hc; ++j) {
     float mix = cb[0 * hc + j] * in[0];
     for (int i = 1; i < hc; ++i) mix += cb[i * hc + j] * in[i];
-    outv[j] = round_bf16(post[t * hc + j] * f[t * dim + k] + mix);
+    outv[j] = round_bf16(post[t * hc + j] * fv + mix);
   }
   for (int j = 0; j < hc; ++j) X[j * dim + k] = outv[j];
 }
@@ -330,11 +331,11 @@ bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int6
   return true;
 }
 
-void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
+void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc, bool round_f,
              float* streams, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("hc_post", double(n) * dim * 4 + double(n) * hc * dim * 8, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  launch_pdl(hc_post_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, f, post, comb, n, dim, hc, streams);
+  launch_pdl(hc_post_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, f, post, comb, n, dim, hc, round_f, streams);
 }
 
 void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,

@@ -24,6 +24,17 @@ void quantize_q8_rows(const float* x, int64_t rows, int64_t in, uint8_t* codes, 
 void lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
           const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
           bool round_out = true);
+// Several lin8 weights over the same activations xq [rows, in] in one tensor-core launch (at
+// most 6; bit-identical to one lin8 call per output; one call each where that launch declines).
+struct Lin8Out {
+  const uint8_t* w = nullptr;   // e4m3 [out, in]
+  const uint8_t* ws = nullptr;  // block scales [ceil(out/128), in/128]
+  int64_t out = 0;
+  float* y = nullptr;           // [rows, out]
+  bool round_out = true;
+};
+void lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, std::span<const Lin8Out> outs,
+                cudaStream_t s);
 // Lin4: 32-wide blocks, acc += (partial·s_x)·s_w.
 void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,
           const uint8_t* ws, int64_t out, int64_t in, const int32_t* ids, float* y, cudaStream_t s,
@@ -89,6 +100,32 @@ void round_bf16_values(float* x, int64_t count, cudaStream_t s);
 void add_bf16(const float* a, const float* b, int64_t n, int64_t dim, int b_div, float* out,
               cudaStream_t s);
 
+// ---- fused_rows.cu --------------------------------------------------------------------
+// Chains of the row operations above in one launch each, equal bit for bit to the separate
+// calls (row_ops.cuh holds the shared device bodies; shapes the fast single-op kernels decline
+// run the separate calls). RoPE positions: row r is at positions[r / rows_per_pos] (device
+// array) when positions is set, else at pos0 + r / rows_per_pos.
+struct RowPositions {
+  const int32_t* positions = nullptr;
+  int64_t pos0 = 0;
+  int64_t rows_per_pos = 1;
+};
+// rms_norm_rows(x, w) → y (skipped when y is null), then quantize_q8_rows of the normed rows
+// (codes [rows, dim], scales [rows, dim/128]). dim % 128 == 0.
+void rms_norm_q8_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y, uint8_t* codes,
+                      float* scales, cudaStream_t s);
+// head_rms_bf16_rows(x) then RoPE of each row's last 2·pairs values, in place (rows of len).
+void head_rms_rope_rows(float* x, int64_t rows, int len, float eps, const float* table, int pairs, RowPositions pos,
+                        cudaStream_t s);
+// rms_norm_rows(x, w) → y, RoPE of y's last 2·pairs values, simulate_q8_rows of y's first
+// dim − 2·pairs values in blocks of `block` (the attention's window-KV row).
+void norm_rope_simulate_q8_rows(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
+                                int pairs, RowPositions pos, int block, float* y, cudaStream_t s);
+// In place on rows of len values (a power of two, 32..1024): RoPE of the last 2·pairs values,
+// hadamard_rows, simulate_q4_rows in blocks of 32 (the indexer's query heads).
+void rope_hadamard_q4_rows(float* x, int64_t rows, int len, const float* table, int pairs, RowPositions pos,
+                           cudaStream_t s);
+
 // ---- mhc.cu ---------------------------------------------------------------------------
 struct HcDeviceParams {
   int hc = 4;
@@ -113,8 +150,9 @@ bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int6
 // aligned streams / x / norm_w); row offsets that keep the alignment keep the answer.
 bool hc_pre_norm_applies(const HcDeviceParams& p, int64_t dim, const void* streams, const void* x,
                          const void* norm_w);
-// X'_j = bf16(post_j·f + Σ_i comb[i][j]·X_i) in place.
-void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc,
+// X'_j = bf16(post_j·f + Σ_i comb[i][j]·X_i) in place; f is read as bf16(f) when round_f (an
+// unrounded tensor-parallel fp32 sum: same bits as round_bf16_values(f) first).
+void hc_post(const float* f, const float* post, const float* comb, int64_t n, int64_t dim, int hc, bool round_f,
              float* streams, cudaStream_t s);
 // HC head: y = bf16(Σ (sigmoid(mix_i·r·scale + base_i) + eps)·X_i).
 void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,

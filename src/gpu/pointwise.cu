@@ -8,6 +8,7 @@
 #include "gpu/ops.h"
 #include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
+#include "gpu/row_ops.cuh"
 
 namespace dsv4::gpu {
 namespace {
@@ -26,10 +27,9 @@ __global__ void head_rms_kernel(float* x, int64_t rows, int len, float eps) {
   for (int i = 0; i < len; ++i) q[i] = round_bf16(q[i] * rs);
 }
 
-// Same result, one warp per row: the lanes form the bf16-rounded squares in parallel into
-// shared memory, lane 0 adds them in row order (the reference's sequential fp32 sum, a chain of
-// len dependent adds ≈ 1 µs at len 512 instead of len dependent load+multiply+round steps),
-// then every lane scales its share. Rows are independent, so warps are too.
+// Same result, one warp per row (row_ops.cuh head_rms_row_warp: the sequential sum on lane 0,
+// ≈ 1 µs at len 512 instead of len dependent load+multiply+round steps). Rows are independent,
+// so warps are too.
 constexpr int kHeadRmsWarps = 4;
 __global__ void head_rms_warp_kernel(float* x, int64_t rows, int len, float eps) {
   pdl_wait();
@@ -38,28 +38,7 @@ __global__ void head_rms_warp_kernel(float* x, int64_t rows, int len, float eps)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t r = int64_t(blockIdx.x) * kHeadRmsWarps + warp;
   if (r >= rows) return;  // warp-uniform
-  float* sq = sq_all + warp * len;
-  float* q = x + r * len;
-  for (int i = lane; i < len; i += 32) sq[i] = round_bf16(q[i] * q[i]);
-  __syncwarp();
-  float rs = 0.0f;
-  if (lane == 0) {
-    float sum = 0.0f;
-    const float4* s4 = reinterpret_cast<const float4*>(sq);
-    int i = 0;
-    for (; i + 4 <= len; i += 4) {
-      const float4 v = s4[i / 4];
-      sum += v.x;
-      sum += v.y;
-      sum += v.z;
-      sum += v.w;
-    }
-    for (; i < len; ++i) sum += sq[i];
-    const float mean = round_bf16(sum / float(len));
-    rs = round_bf16(1.0f / sqrtf(round_bf16(mean + eps)));
-  }
-  rs = __shfl_sync(0xffffffffu, rs, 0);
-  for (int i = lane; i < len; i += 32) q[i] = round_bf16(q[i] * rs);
+  head_rms_row_warp(x + r * len, len, eps, sq_all + warp * len, lane);
 }
 
 __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos,
@@ -75,54 +54,26 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
   rope_pair(x + r * stride + stride - 2 * pairs, table, pos, pairs, i, inverse);
 }
 
-// One warp per quantization block (kSimWarps blocks per CTA): lane i handles values i, i + 32, ...
-// of the block, the amax is a warp-shuffle max (fmaxf is exact and order-free, so the result is
-// the reference's sequential max), then every lane writes its values. The old one-thread-per-block
-// kernel ran `block` dependent loads per thread: ~4 µs on 2 rows × 448 values.
+// One warp per quantization block (kSimWarps blocks per CTA, row_ops.cuh simulate_block_warp).
+// The old one-thread-per-block kernel ran `block` dependent loads per thread: ~4 µs on 2 rows ×
+// 448 values.
 constexpr int kSimWarps = 8;
 template <bool Q4>
 __global__ void __launch_bounds__(kSimWarps * 32) simulate_q_kernel(float* x, int64_t rows, int64_t stride, int len, int block) {
   pdl_wait();
   pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * kSimWarps + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   const int nb = len / block;
   if (idx >= rows * nb) return;  // warp-uniform
-  float* v = x + (idx / nb) * stride + (idx % nb) * block;
-  float amax = 0.0f;
-  for (int i = lane; i < block; i += 32) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (Q4) {
-    const float sc = q4_block_scale(amax);
-    for (int i = lane; i < block; i += 32)
-      v[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[i] / sc, -6.0f), 6.0f))) * sc);
-  } else {
-    const float sc = q8_block_scale(amax);
-    for (int i = lane; i < block; i += 32)
-      v[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(v[i] / sc, -448.0f), 448.0f))) * sc);
-  }
+  simulate_block_warp<Q4>(x + (idx / nb) * stride + (idx % nb) * block, block, threadIdx.x & 31);
 }
 
-// Block per row, len threads: fast transform in double (exact for bf16 inputs).
+// Block per row, len threads (row_ops.cuh hadamard_row_block).
 __global__ void hadamard_kernel(float* x, int len) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ double buf[];
-  float* row = x + int64_t(blockIdx.x) * len;
-  const int t = threadIdx.x;
-  buf[t] = row[t];
-  __syncthreads();
-  for (int h = 1; h < len; h *= 2) {
-    double v = 0.0;
-    const double a = buf[t], b = buf[t ^ h];
-    v = (t & h) ? b - a : a + b;
-    __syncthreads();
-    buf[t] = v;
-    __syncthreads();
-  }
-  const float scale = float(1.0 / sqrt(double(len)));
-  row[t] = round_bf16(float(buf[t]) * scale);
+  hadamard_row_block(x + int64_t(blockIdx.x) * len, len, buf);
 }
 
 __global__ void embed_kernel(const uint16_t* __restrict__ embed, const int32_t* __restrict__ ids,

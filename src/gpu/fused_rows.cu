@@ -1,0 +1,189 @@
+// Fused row chains (ops.h "fused_rows.cu"): the attention's per-row tails in one launch each
+// instead of two or three. Every chain runs row_ops.cuh's bodies — the ones the single-op
+// kernels run — in the same order on the same values, so its output equals the separate calls
+// bit for bit (fused_rows_test.cu). Where a single-op call would take another kernel (shapes
+// or alignments its fast kernel declines), the launcher runs the separate calls instead.
+#include <algorithm>
+#include <string>
+
+#include "gpu/cuda_check.h"
+#include "gpu/decode_ops.h"
+#include "gpu/device_math.cuh"
+#include "gpu/ops.h"
+#include "gpu/pdl.cuh"
+#include "gpu/profiler.h"
+#include "gpu/row_ops.cuh"
+
+namespace dsv4::gpu {
+namespace {
+
+__device__ __forceinline__ int64_t row_position(const RowPositions& p, int64_t r) {
+  const int64_t g = r / p.rows_per_pos;
+  return p.positions != nullptr ? int64_t{p.positions[g]} : p.pos0 + g;
+}
+
+// Block per row, rms_norm_rows' vector-kernel thread count: RMSNorm in registers, then warp w
+// quantizes the 128-value block its lanes hold (float4 index i·blockDim + 32w + lane).
+template <int VPT>
+__global__ void __launch_bounds__(256) rms_norm_q8_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                          int64_t dim, float eps, float* __restrict__ y,
+                                                          uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ double red[32];
+  const int64_t row = blockIdx.x;
+  float4 v[VPT];
+  rms_norm_row_regs<VPT>(x + row * dim, w, dim, eps, v, red);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;  // float4 index; a warp: all in or all out
+    if (j >= dim / 4) continue;
+    if (y != nullptr) reinterpret_cast<float4*>(y + row * dim)[j] = v[i];
+    const float q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+    const int64_t kb = (j - lane) / 32;  // the warp's Q8 block in the row
+    q8_quantize_block_warp(q, lane, codes + row * dim + kb * 128, scales + row * (dim / 128) + kb);
+  }
+}
+
+// Warp per row (as head_rms_warp_kernel), then lanes 0..pairs−1 rotate the row's tail.
+constexpr int kRowWarps = 4;
+__global__ void head_rms_rope_kernel(float* x, int64_t rows, int len, float eps, const float* __restrict__ table,
+                                     int pairs, RowPositions pos) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ __align__(16) float sq_all[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = int64_t(blockIdx.x) * kRowWarps + warp;
+  if (r >= rows) return;  // warp-uniform
+  float* q = x + r * len;
+  head_rms_row_warp(q, len, eps, sq_all + warp * len, lane);
+  __syncwarp();
+  const int64_t p = row_position(pos, r);
+  for (int i = lane; i < pairs; i += 32) rope_pair(q + len - 2 * pairs, table, p, pairs, i, false);
+}
+
+// Block per row (rms_norm_rows' vector-kernel thread count, VPT = 1): RMSNorm in registers into
+// a shared row, RoPE of its tail, Q8 simulation of its head blocks (warp per block), store.
+__global__ void __launch_bounds__(256) norm_rope_simulate_q8_kernel(const float* __restrict__ x,
+                                                                    const float* __restrict__ w, int dim, float eps,
+                                                                    const float* __restrict__ table, int pairs,
+                                                                    RowPositions pos, int block, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ double red[32];
+  extern __shared__ __align__(16) float srow[];
+  const int64_t row = blockIdx.x;
+  float4 v[1];
+  rms_norm_row_regs<1>(x + row * dim, w, dim, eps, v, red);
+  const int j = threadIdx.x;
+  if (j < dim / 4) reinterpret_cast<float4*>(srow)[j] = v[0];
+  __syncthreads();
+  const int64_t p = row_position(pos, row);
+  for (int i = j; i < pairs; i += blockDim.x) rope_pair(srow + dim - 2 * pairs, table, p, pairs, i, false);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int b = threadIdx.x >> 5; b < (dim - 2 * pairs) / block; b += warps)
+    simulate_block_warp<false>(srow + b * block, block, lane);
+  __syncthreads();
+  if (j < dim / 4) reinterpret_cast<float4*>(y + row * dim)[j] = reinterpret_cast<const float4*>(srow)[j];
+}
+
+// Block per row, len threads: RoPE of the tail, Hadamard, Q4 simulation (warp per 32 values).
+__global__ void rope_hadamard_q4_kernel(float* x, int len, const float* __restrict__ table, int pairs,
+                                        RowPositions pos) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ double hbuf[];
+  const int64_t row = blockIdx.x;
+  float* v = x + row * len;
+  const int64_t p = row_position(pos, row);
+  if (threadIdx.x < pairs) rope_pair(v + len - 2 * pairs, table, p, pairs, threadIdx.x, false);
+  __syncthreads();
+  hadamard_row_block(v, len, hbuf);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int b = threadIdx.x >> 5; b < len / 32; b += warps) simulate_block_warp<true>(v + b * 32, 32, lane);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// rms_norm_rows' vector kernel: its float4s per thread (0 when it declines) and thread count.
+int rms_vec_per_thread(int64_t dim, const void* x, const void* w, const void* y) {
+  const int64_t per = (dim / 4 + 255) / 256;
+  const bool ok = dim % 4 == 0 && per <= 4 && aligned16(x) && aligned16(w) && (y == nullptr || aligned16(y));
+  return ok ? static_cast<int>(per) : 0;
+}
+unsigned rms_vec_threads(int64_t dim) { return static_cast<unsigned>(std::min<int64_t>(256, ((dim / 4 + 31) / 32) * 32)); }
+
+std::string rows_dim(int64_t rows, int64_t dim) { return "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim); }
+
+}  // namespace
+
+void rms_norm_q8_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y, uint8_t* codes,
+                      float* scales, cudaStream_t s) {
+  DSV4_CHECK(dim % 128 == 0, "rms_norm_q8_rows: width ", dim, " is not a multiple of 128");
+  if (rows == 0) return;
+  const int per = rms_vec_per_thread(dim, x, w, y);
+  if (per == 0) {  // rms_norm_rows takes its other kernel: the two calls (y is needed between them)
+    DSV4_CHECK(y != nullptr, "rms_norm_q8_rows: width ", dim, " or alignment needs the unfused path, which needs y");
+    rms_norm_rows(x, w, rows, dim, eps, y, s);
+    quantize_q8_rows(y, rows, dim, codes, scales, s);
+    return;
+  }
+  prof::Launch pl("rms_norm+q8", double(rows) * dim * (y ? 9 : 5) + double(dim) * 4 + double(rows) * dim / 32, s,
+                  [&] { return rows_dim(rows, dim); });
+  const unsigned grid = static_cast<unsigned>(rows), threads = rms_vec_threads(dim);
+  if (per == 1) launch_pdl(rms_norm_q8_kernel<1>, grid, threads, 0, s, x, w, dim, eps, y, codes, scales);
+  else if (per == 2) launch_pdl(rms_norm_q8_kernel<2>, grid, threads, 0, s, x, w, dim, eps, y, codes, scales);
+  else launch_pdl(rms_norm_q8_kernel<4>, grid, threads, 0, s, x, w, dim, eps, y, codes, scales);
+}
+
+void head_rms_rope_rows(float* x, int64_t rows, int len, float eps, const float* table, int pairs, RowPositions pos,
+                        cudaStream_t s) {
+  DSV4_CHECK(2 * pairs <= len, "head_rms_rope_rows: ", pairs, " rotary pairs in rows of ", len);
+  if (rows == 0) return;
+  if (len % 4 != 0 || len > 2048) {  // head_rms_bf16_rows' one-thread kernel: the two calls
+    head_rms_bf16_rows(x, rows, len, eps, s);
+    if (pos.positions != nullptr) decode_rope_rows(x, rows, len, pos.rows_per_pos, pos.positions, table, pairs, false, s);
+    else rope_rows(x, rows, len, pos.rows_per_pos, pos.pos0, 1, table, pairs, false, s);
+    return;
+  }
+  prof::Launch pl("head_rms+rope", double(rows) * len * 8 + double(rows / pos.rows_per_pos) * pairs * 8, s,
+                  [&] { return rows_dim(rows, len); });
+  const unsigned grid = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  launch_pdl(head_rms_rope_kernel, grid, kRowWarps * 32, size_t(kRowWarps) * len * sizeof(float), s, x, rows, len, eps,
+             table, pairs, pos);
+}
+
+void norm_rope_simulate_q8_rows(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
+                                int pairs, RowPositions pos, int block, float* y, cudaStream_t s) {
+  const int len = dim - 2 * pairs;
+  DSV4_CHECK(len >= 0 && block > 0 && len % block == 0, "norm_rope_simulate_q8_rows: ", len,
+             " simulated values not a multiple of ", block);
+  if (rows == 0) return;
+  if (rms_vec_per_thread(dim, x, w, y) != 1) {  // not one float4 per thread: the three calls
+    rms_norm_rows(x, w, rows, dim, eps, y, s);
+    if (pos.positions != nullptr) decode_rope_rows(y, rows, dim, pos.rows_per_pos, pos.positions, table, pairs, false, s);
+    else rope_rows(y, rows, dim, pos.rows_per_pos, pos.pos0, 1, table, pairs, false, s);
+    simulate_q8_rows(y, rows, dim, len, block, s);
+    return;
+  }
+  prof::Launch pl("norm+rope+sim_q8", double(rows) * dim * 8 + double(dim) * 4 + double(rows) * pairs * 8, s,
+                  [&] { return rows_dim(rows, dim); });
+  launch_pdl(norm_rope_simulate_q8_kernel, static_cast<unsigned>(rows), rms_vec_threads(dim),
+             size_t(dim) * sizeof(float), s, x, w, dim, eps, table, pairs, pos, block, y);
+}
+
+void rope_hadamard_q4_rows(float* x, int64_t rows, int len, const float* table, int pairs, RowPositions pos,
+                           cudaStream_t s) {
+  DSV4_CHECK(len >= 32 && len <= 1024 && (len & (len - 1)) == 0 && 2 * pairs <= len,
+             "rope_hadamard_q4_rows: length ", len, " (a power of two in [32, 1024]) with ", pairs, " rotary pairs");
+  if (rows == 0) return;
+  prof::Launch pl("rope+hadamard+sim_q4", double(rows) * len * 8 + double(rows / pos.rows_per_pos) * pairs * 8, s,
+                  [&] { return rows_dim(rows, len); });
+  launch_pdl(rope_hadamard_q4_kernel, static_cast<unsigned>(rows), static_cast<unsigned>(len),
+             size_t(len) * sizeof(double), s, x, len, table, pairs, pos);
+}
+
+}  // namespace dsv4::gpu

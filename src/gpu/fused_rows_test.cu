@@ -1,0 +1,183 @@
+// fused_rows.cu against the separate calls it replaces, bit for bit, on fresh random rows:
+// several widths, row counts, device positions and consecutive ones; plus hc_post's round_f
+// against round_bf16_values first. Skips when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/decode_ops.h"
+#include "gpu/gpu_test_util.h"
+#include "gpu/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+constexpr int kMaxPos = 300;
+
+// A RoPE table [kMaxPos, pairs, 2] of random {cos, sin}-like values.
+std::vector<float> random_table(int pairs, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> t(size_t(kMaxPos) * pairs * 2);
+  for (float& v : t) v = d(rng);
+  return t;
+}
+
+std::vector<int32_t> random_positions(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n);
+  for (auto& v : p) v = int32_t(rng() % kMaxPos);
+  return p;
+}
+
+// Rows with a spread of magnitudes (exercises the Q8/Q4 block scales) and a few exact zeros.
+std::vector<float> spread_rows(int64_t rows, int64_t dim, uint64_t seed) {
+  auto x = random_bf16(size_t(rows * dim), 1.0f, seed);
+  for (int64_t i = 0; i < rows * dim; ++i) x[i] *= float(1 << (i / 64 % 7)) / 8.0f;
+  x[1] = 0.0f;
+  return x;
+}
+
+TEST(FusedRowsTest, RmsNormQ8EqualsNormThenQuantize) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t dim : {1024, 4096, 512, 128}) {
+    for (const int64_t rows : {1, 3, 9}) {
+      const auto x = spread_rows(rows, dim, 100 + dim + rows);
+      auto w = random_bf16(size_t(dim), 0.5f, 7);
+      for (float& v : w) v += 1.0f;
+      auto dx = to_device(x), dw = to_device(w);
+      DeviceBuffer<float> y_ref(rows * dim), y(rows * dim), s_ref(rows * dim / 128), sc(rows * dim / 128),
+          sc2(rows * dim / 128);
+      DeviceBuffer<uint8_t> q_ref(rows * dim), q(rows * dim), q2(rows * dim);
+      rms_norm_rows(dx.get(), dw.get(), rows, dim, 1e-6f, y_ref.get(), nullptr);
+      quantize_q8_rows(y_ref.get(), rows, dim, q_ref.get(), s_ref.get(), nullptr);
+      rms_norm_q8_rows(dx.get(), dw.get(), rows, dim, 1e-6f, y.get(), q.get(), sc.get(), nullptr);
+      rms_norm_q8_rows(dx.get(), dw.get(), rows, dim, 1e-6f, nullptr, q2.get(), sc2.get(), nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto at = " dim " + std::to_string(dim) + " rows " + std::to_string(rows);
+      EXPECT_EQ(y.download(), y_ref.download()) << at;
+      EXPECT_EQ(q.download(), q_ref.download()) << at;
+      EXPECT_EQ(sc.download(), s_ref.download()) << at;
+      EXPECT_EQ(q2.download(), q_ref.download()) << at;
+      EXPECT_EQ(sc2.download(), s_ref.download()) << at;
+    }
+  }
+}
+
+TEST(FusedRowsTest, HeadRmsRopeEqualsHeadRmsThenRope) {
+  SKIP_WITHOUT_GPU();
+  for (const int len : {512, 128, 100}) {
+    const int pairs = 32, heads = 5;
+    for (const int64_t n : {1, 4}) {
+      const int64_t rows = n * heads;
+      const auto x = spread_rows(rows, len, 200 + len + n);
+      const auto table = random_table(pairs, 3);
+      const auto pos = random_positions(n, 4 + n);
+      auto dt = to_device(table);
+      auto dp = to_device(pos);
+      for (const bool device_pos : {true, false}) {
+        auto ref = to_device(x), got = to_device(x);
+        head_rms_bf16_rows(ref.get(), rows, len, 1e-6f, nullptr);
+        RowPositions rp{.rows_per_pos = heads};
+        if (device_pos) {
+          decode_rope_rows(ref.get(), rows, len, heads, dp.get(), dt.get(), pairs, false, nullptr);
+          rp.positions = dp.get();
+        } else {
+          rope_rows(ref.get(), rows, len, heads, 17, 1, dt.get(), pairs, false, nullptr);
+          rp.pos0 = 17;
+        }
+        head_rms_rope_rows(got.get(), rows, len, 1e-6f, dt.get(), pairs, rp, nullptr);
+        EXPECT_EQ(got.download(), ref.download()) << "len " << len << " n " << n << " device_pos " << device_pos;
+      }
+    }
+  }
+}
+
+TEST(FusedRowsTest, NormRopeSimulateQ8EqualsTheThreeCalls) {
+  SKIP_WITHOUT_GPU();
+  for (const int dim : {512, 256, 2048}) {  // 2048: not one float4 per thread (the separate calls)
+    const int pairs = 32, block = 64;
+    for (const int64_t rows : {1, 6}) {
+      const auto x = spread_rows(rows, dim, 300 + dim + rows);
+      auto w = random_bf16(size_t(dim), 0.5f, 8);
+      for (float& v : w) v += 1.0f;
+      const auto table = random_table(pairs, 5);
+      const auto pos = random_positions(rows, 6 + rows);
+      auto dx = to_device(x), dw = to_device(w), dt = to_device(table);
+      auto dp = to_device(pos);
+      for (const bool device_pos : {true, false}) {
+        DeviceBuffer<float> ref(rows * dim), got(rows * dim);
+        rms_norm_rows(dx.get(), dw.get(), rows, dim, 1e-6f, ref.get(), nullptr);
+        RowPositions rp;
+        if (device_pos) {
+          decode_rope_rows(ref.get(), rows, dim, 1, dp.get(), dt.get(), pairs, false, nullptr);
+          rp.positions = dp.get();
+        } else {
+          rope_rows(ref.get(), rows, dim, 1, 40, 1, dt.get(), pairs, false, nullptr);
+          rp.pos0 = 40;
+        }
+        simulate_q8_rows(ref.get(), rows, dim, dim - 2 * pairs, block, nullptr);
+        norm_rope_simulate_q8_rows(dx.get(), dw.get(), rows, dim, 1e-6f, dt.get(), pairs, rp, block, got.get(), nullptr);
+        EXPECT_EQ(got.download(), ref.download()) << "dim " << dim << " rows " << rows << " device_pos " << device_pos;
+      }
+    }
+  }
+}
+
+TEST(FusedRowsTest, RopeHadamardQ4EqualsTheThreeCalls) {
+  SKIP_WITHOUT_GPU();
+  for (const int len : {128, 64, 512}) {
+    const int pairs = 32, heads = 8;
+    for (const int64_t n : {1, 3}) {
+      const int64_t rows = n * heads;
+      const auto x = spread_rows(rows, len, 400 + len + n);
+      const auto table = random_table(pairs, 9);
+      const auto pos = random_positions(n, 10 + n);
+      auto dt = to_device(table);
+      auto dp = to_device(pos);
+      for (const bool device_pos : {true, false}) {
+        auto ref = to_device(x), got = to_device(x);
+        RowPositions rp{.rows_per_pos = heads};
+        if (device_pos) {
+          decode_rope_rows(ref.get(), rows, len, heads, dp.get(), dt.get(), pairs, false, nullptr);
+          rp.positions = dp.get();
+        } else {
+          rope_rows(ref.get(), rows, len, heads, 250, 1, dt.get(), pairs, false, nullptr);
+          rp.pos0 = 250;
+        }
+        hadamard_rows(ref.get(), rows, len, nullptr);
+        simulate_q4_rows(ref.get(), rows, len, len, 32, nullptr);
+        rope_hadamard_q4_rows(got.get(), rows, len, dt.get(), pairs, rp, nullptr);
+        EXPECT_EQ(got.download(), ref.download()) << "len " << len << " n " << n << " device_pos " << device_pos;
+      }
+    }
+  }
+}
+
+// hc_post(f, round_f = true) == round_bf16_values(f) then hc_post(f, false), on unrounded f.
+TEST(FusedRowsTest, HcPostRoundsItsInputOnRead) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 3, dim = 4096;
+  const int hc = 4;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> f(n * dim), post(n * hc), comb(n * hc * hc);
+  for (float& v : f) v = d(rng);  // not bf16-valued
+  for (float& v : post) v = d(rng);
+  for (float& v : comb) v = d(rng);
+  const auto streams = random_bf16(size_t(n * hc * dim), 1.0f, 12);
+  auto df = to_device(f), dpost = to_device(post), dcomb = to_device(comb);
+  auto ref = to_device(streams), got = to_device(streams);
+  auto fr = to_device(f);
+  round_bf16_values(fr.get(), n * dim, nullptr);
+  hc_post(fr.get(), dpost.get(), dcomb.get(), n, dim, hc, false, ref.get(), nullptr);
+  hc_post(df.get(), dpost.get(), dcomb.get(), n, dim, hc, true, got.get(), nullptr);
+  EXPECT_EQ(got.download(), ref.download());
+  EXPECT_EQ(df.download(), f);  // f itself is left as it was
+}
+
+}  // namespace
+}  // namespace dsv4::gpu
