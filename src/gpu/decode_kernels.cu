@@ -281,7 +281,7 @@ void decode_attend(DecodeAttnPath path, const DecodeAttnArgs& d, int64_t rows, i
   }
   DSV4_CHECK(d.d == kKvDim, "head_dim ", d.d, ": the FP8 KV caches hold ", kKvDim, "-wide entries");
   if (rows == 0) return;
-  decode_ring_update(d.kv_new, rows, pos, caches, d.win, d.d, s);
+  if (!d.ring_written) decode_ring_update(d.kv_new, rows, pos, caches, d.win, d.d, s);
   const int64_t extra = d.ratio > 0 ? max_extra : 0;
   const sm90::SparseDecodePlan plan = sm90::plan_sparse_decode(
       static_cast<int>(rows), d.win, static_cast<int>(extra), num_sms, 16, d.H, static_cast<int>(split_rows));

@@ -37,6 +37,13 @@ struct DecodeLayerCache {
 void decode_rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, const int32_t* pos,
                       const float* table, int pairs, bool inverse, cudaStream_t s);
 
+// norm_rope_simulate_q8_rows (ops.h) on the window-KV rows at their positions pos[row], and
+// decode_ring_update of the result in the same launch (same bits in y and in the ring). dim ==
+// kKvDim. For the sm_90a decode path, whose attention reads the ring after the update.
+void decode_kv_rows_to_ring(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
+                            int pairs, const int32_t* pos, int block, float* y, const DecodeLayerCache* caches, int win,
+                            cudaStream_t s);
+
 // compressor_step for one token per row (kv/score projections [rows, width]) on the state of
 // caches[row].comp (indexer = false) or .index (indexer = true), fused with compressor_finish
 // of the entry it emits iff (pos[row] + 1) % ratio == 0.
@@ -75,6 +82,7 @@ struct DecodeAttnArgs {
   float scale = 0;
   int H = 0, d = 0, win = 0, ratio = 0;
   float* out = nullptr;
+  bool ring_written = false;  // the window rings already hold kv_new (decode_kv_rows_to_ring; sm_90a path)
 };
 void decode_sparse_attention(const DecodeAttnArgs& a, int64_t rows, const int32_t* pos,
                              const DecodeLayerCache* caches, cudaStream_t s);

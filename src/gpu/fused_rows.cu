@@ -9,6 +9,8 @@
 #include "gpu/cuda_check.h"
 #include "gpu/decode_ops.h"
 #include "gpu/device_math.cuh"
+#include "gpu/kv_fp8.cuh"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 #include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
@@ -64,11 +66,15 @@ __global__ void head_rms_rope_kernel(float* x, int64_t rows, int len, float eps,
 }
 
 // Block per row (rms_norm_rows' vector-kernel thread count, VPT = 1): RMSNorm in registers into
-// a shared row, RoPE of its tail, Q8 simulation of its head blocks (warp per block), store.
+// a shared row, RoPE of its tail, Q8 simulation of its head blocks (warp per block), store; with
+// caches, the last warp also encodes the row into its window ring entry (decode_ring_update's
+// warp encoder on the same values).
 __global__ void __launch_bounds__(256) norm_rope_simulate_q8_kernel(const float* __restrict__ x,
                                                                     const float* __restrict__ w, int dim, float eps,
                                                                     const float* __restrict__ table, int pairs,
-                                                                    RowPositions pos, int block, float* __restrict__ y) {
+                                                                    RowPositions pos, int block, float* __restrict__ y,
+                                                                    const DecodeLayerCache* __restrict__ caches,
+                                                                    int win) {
   pdl_wait();
   pdl_trigger();
   __shared__ double red[32];
@@ -87,6 +93,11 @@ __global__ void __launch_bounds__(256) norm_rope_simulate_q8_kernel(const float*
     simulate_block_warp<false>(srow + b * block, block, lane);
   __syncthreads();
   if (j < dim / 4) reinterpret_cast<float4*>(y + row * dim)[j] = reinterpret_cast<const float4*>(srow)[j];
+  if (caches != nullptr && (threadIdx.x >> 5) == warps - 1) {
+    uint8_t* ring = caches[row].window;
+    const int64_t e = p % win;
+    kv_encode_entry_warp(srow, ring + kv_cache_data_offset(e), ring + kv_cache_scale_offset(e), lane);
+  }
 }
 
 // Block per row, len threads: RoPE of the tail, Hadamard, Q4 simulation (warp per 32 values).
@@ -156,8 +167,10 @@ void head_rms_rope_rows(float* x, int64_t rows, int len, float eps, const float*
              table, pairs, pos);
 }
 
-void norm_rope_simulate_q8_rows(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
-                                int pairs, RowPositions pos, int block, float* y, cudaStream_t s) {
+namespace {
+void norm_rope_simulate_q8(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
+                           int pairs, RowPositions pos, int block, float* y, const DecodeLayerCache* caches, int win,
+                           cudaStream_t s) {
   const int len = dim - 2 * pairs;
   DSV4_CHECK(len >= 0 && block > 0 && len % block == 0, "norm_rope_simulate_q8_rows: ", len,
              " simulated values not a multiple of ", block);
@@ -167,12 +180,29 @@ void norm_rope_simulate_q8_rows(const float* x, const float* w, int64_t rows, in
     if (pos.positions != nullptr) decode_rope_rows(y, rows, dim, pos.rows_per_pos, pos.positions, table, pairs, false, s);
     else rope_rows(y, rows, dim, pos.rows_per_pos, pos.pos0, 1, table, pairs, false, s);
     simulate_q8_rows(y, rows, dim, len, block, s);
+    if (caches != nullptr) decode_ring_update(y, rows, pos.positions, caches, win, dim, s);
     return;
   }
-  prof::Launch pl("norm+rope+sim_q8", double(rows) * dim * 8 + double(dim) * 4 + double(rows) * pairs * 8, s,
-                  [&] { return rows_dim(rows, dim); });
+  prof::Launch pl(caches ? "norm+rope+sim_q8+ring" : "norm+rope+sim_q8",
+                  double(rows) * dim * 8 + double(dim) * 4 + double(rows) * pairs * 8 +
+                      (caches ? double(rows) * kKvEntryBytes : 0.0),
+                  s, [&] { return rows_dim(rows, dim); });
   launch_pdl(norm_rope_simulate_q8_kernel, static_cast<unsigned>(rows), rms_vec_threads(dim),
-             size_t(dim) * sizeof(float), s, x, w, dim, eps, table, pairs, pos, block, y);
+             size_t(dim) * sizeof(float), s, x, w, dim, eps, table, pairs, pos, block, y, caches, win);
+}
+}  // namespace
+
+void norm_rope_simulate_q8_rows(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
+                                int pairs, RowPositions pos, int block, float* y, cudaStream_t s) {
+  norm_rope_simulate_q8(x, w, rows, dim, eps, table, pairs, pos, block, y, nullptr, 0, s);
+}
+
+void decode_kv_rows_to_ring(const float* x, const float* w, int64_t rows, int dim, float eps, const float* table,
+                            int pairs, const int32_t* pos, int block, float* y, const DecodeLayerCache* caches, int win,
+                            cudaStream_t s) {
+  DSV4_CHECK(dim == kKvDim && caches != nullptr && pos != nullptr && win > 0,
+             "decode_kv_rows_to_ring: the FP8 ring holds ", kKvDim, "-wide entries (got ", dim, ")");
+  norm_rope_simulate_q8(x, w, rows, dim, eps, table, pairs, RowPositions{.positions = pos}, block, y, caches, win, s);
 }
 
 void rope_hadamard_q4_rows(float* x, int64_t rows, int len, const float* table, int pairs, RowPositions pos,

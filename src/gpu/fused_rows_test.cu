@@ -10,6 +10,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 
 namespace dsv4::gpu {
@@ -125,6 +126,39 @@ TEST(FusedRowsTest, NormRopeSimulateQ8EqualsTheThreeCalls) {
       }
     }
   }
+}
+
+// The decode variant that also writes each row into its window ring: y and the ring bytes equal
+// norm_rope_simulate_q8_rows then decode_ring_update (rows at positions wrapping the ring).
+TEST(FusedRowsTest, KvRowsToRingEqualsTailThenRingUpdate) {
+  SKIP_WITHOUT_GPU();
+  const int dim = kKvDim, pairs = 32, block = 64, win = 128;
+  const int64_t rows = 5;
+  const auto x = spread_rows(rows, dim, 500);
+  auto w = random_bf16(size_t(dim), 0.5f, 501);
+  for (float& v : w) v += 1.0f;
+  const auto table = random_table(pairs, 502);
+  const std::vector<int32_t> pos = {0, 127, 128, 299, 200};
+  auto dx = to_device(x), dw = to_device(w), dt = to_device(table);
+  auto dp = to_device(pos);
+  const size_t ring_bytes = size_t(kv_cache_bytes(win));
+  DeviceBuffer<uint8_t> rings_ref(rows * ring_bytes), rings(rows * ring_bytes);
+  CUDA_CHECK(cudaMemset(rings_ref.get(), 0x5a, rows * ring_bytes));
+  CUDA_CHECK(cudaMemset(rings.get(), 0x5a, rows * ring_bytes));
+  std::vector<DecodeLayerCache> c_ref(rows), c_new(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    c_ref[r].window = rings_ref.get() + r * ring_bytes;
+    c_new[r].window = rings.get() + r * ring_bytes;
+  }
+  auto dc_ref = to_device(c_ref), dc_new = to_device(c_new);
+  DeviceBuffer<float> ref(rows * dim), got(rows * dim);
+  norm_rope_simulate_q8_rows(dx.get(), dw.get(), rows, dim, 1e-6f, dt.get(), pairs, RowPositions{.positions = dp.get()},
+                             block, ref.get(), nullptr);
+  decode_ring_update(ref.get(), rows, dp.get(), dc_ref.get(), win, dim, nullptr);
+  decode_kv_rows_to_ring(dx.get(), dw.get(), rows, dim, 1e-6f, dt.get(), pairs, dp.get(), block, got.get(),
+                         dc_new.get(), win, nullptr);
+  EXPECT_EQ(got.download(), ref.download());
+  EXPECT_EQ(rings.download(), rings_ref.download());
 }
 
 TEST(FusedRowsTest, RopeHadamardQ4EqualsTheThreeCalls) {

@@ -247,7 +247,7 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
 }
 
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos,
-                                         const float* rope) {
+                                         const float* rope, const DecodeLayerCache* ring) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
@@ -269,8 +269,13 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
   pos.rows_per_pos = H;
   head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs, pos, stream_);
-  pos.rows_per_pos = 1;
-  norm_rope_simulate_q8_rows(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos, 64, r.kv, stream_);
+  if (ring != nullptr) {
+    decode_kv_rows_to_ring(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos.positions, 64, r.kv,
+                           ring, c.sliding_window, stream_);
+  } else {
+    pos.rows_per_pos = 1;
+    norm_rope_simulate_q8_rows(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos, 64, r.kv, stream_);
+  }
   return r;
 }
 

@@ -190,7 +190,10 @@ class GpuModel {
     float* q = nullptr;
     float* kv = nullptr;
   };
-  QkvRows project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos, const float* rope);
+  // ring: decode on the sm_90a path — the same launch also writes each row's kv into its window
+  // ring entry (decode_kv_rows_to_ring; pos.positions set); null: the caller updates the ring.
+  QkvRows project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos, const float* rope,
+                      const DecodeLayerCache* ring);
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
   void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out);

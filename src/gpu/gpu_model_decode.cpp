@@ -247,7 +247,7 @@ GpuModel::DecodeGraph& GpuModel::capture_decode_graph(int batch) {
 }
 
 void GpuModel::decode_pass(const DecodeStep& step) {
-  const PdlScope pdl(step.rows <= kPdlMaxRows);  // small batches: overlap the kernels' launches
+  const PdlScope pdl(step.rows <= pdl_max_rows());  // small batches: overlap the kernels' launches
   Workspace& s = *active_ws_;
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size, n = step.rows;
@@ -291,7 +291,8 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const DecodeLayerCache* caches = step.caches + layer * n;
   // 1. q and window-KV paths (attention()'s, RoPE at each row's own position).
-  const QkvRows p = project_qkv(w, x, n, RowPositions{.positions = step.pos}, rope);
+  const bool ring_here = attn_path_ == DecodeAttnPath::kSm90;  // its attention reads the ring after the update
+  const QkvRows p = project_qkv(w, x, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
@@ -355,6 +356,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   a.win = win;
   a.ratio = ratio;
   a.out = attn;
+  a.ring_written = ring_here;
   // Split-K bounds from max_len (not this step's positions) and the padded graph size, so
   // eager decode and graph replay run the same plan.
   const int64_t split_rows = attn_split_rows(n);

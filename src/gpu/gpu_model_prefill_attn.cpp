@@ -35,7 +35,7 @@ void GpuModel::attention(const AttentionW& w,
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const bool sm90 = attn_path_ == DecodeAttnPath::kSm90;
   // 1. q and window-KV paths.
-  const QkvRows p = project_qkv(w, x, n, RowPositions{.pos0 = start_pos}, rope);
+  const QkvRows p = project_qkv(w, x, n, RowPositions{.pos0 = start_pos}, rope, nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;

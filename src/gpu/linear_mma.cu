@@ -45,6 +45,7 @@ struct Args {
   float* y;            // [rows, out]
   // nseg > 0: several weights over the same x; seg[j] owns tiles [tile0, next tile0) of blockIdx.y
   // and replaces w / out / opg / y / round / post_scale for them.
+  bool prefetch;       // launched under programmatic dependent launch: prefetch weights before pdl_wait
   int nseg;
   struct Seg {
     const void* w;
@@ -90,10 +91,14 @@ __device__ __forceinline__ uint32_t word(const uint4* v, int q) {
 // register cap). Dense (except the 16 × 8 tile, which keeps one x load per k16 step): fragment
 // outer, the fragment's x loaded once per block, XA: the next fragment's x loaded while this one
 // computes. lin8 ignores XA.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// Warp w's first kPrefetchBlocks K blocks (kb = w, w + 8, ...) of the weight rows it reads, pulled
+// into L2 before pdl_wait (a hint: no effect on results).
+constexpr int kPrefetchBlocks = 8;
+
 template <Wt WT, int MT, int NF, int KU, int MINB, bool XA>
 __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
-  pdl_wait();
-  pdl_trigger();
   constexpr int ES = WT == Wt::kFp8 ? 1 : 2;     // weight bytes per value
   constexpr int AV = WT == Wt::kFp8 ? 2 : 4;     // 16-byte vectors per row per lane per block
   // Cross-warp sums in passes of NP n-fragments (static shared memory stays ≤ 32 KB).
@@ -135,6 +140,20 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
     }
     srow[mt] = (min(o0 + mt * 16, o_end - 1) / 128) * kblocks;
   }
+  // Weights are never written by earlier work on the stream: under programmatic dependent launch
+  // their first blocks stream into L2 while the predecessor finishes (lanes t of a row cover its
+  // 128-byte lines). Activations are only read after pdl_wait.
+#pragma unroll 1
+  for (int u = 0; u < (a.prefetch ? kPrefetchBlocks : 0); ++u) {
+    const int64_t kb = warp + int64_t(kWarps) * u;
+    if (kb >= kblocks) break;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) prefetch_l2(wr[mt][h] + kb * 128 * ES);
+  }
+  pdl_wait();
+  pdl_trigger();
   const void* xb[NF];
   const float* sxp[NF][2];
 #pragma unroll
@@ -323,6 +342,7 @@ bool launch(Args a, cudaStream_t s) {
   }
   const int64_t gx = (a.rows + NF * 8 - 1) / (NF * 8);
   if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
+  a.prefetch = pdl_enabled();  // without PDL there is no predecessor tail to overlap
   auto* kernel = mma_linear_kernel<WT, MT, NF, KU, MINB, XA>;
   launch_pdl(kernel, dim3(unsigned(gx), unsigned(gy)), kWarps * 32, 0, s, a);
   return true;

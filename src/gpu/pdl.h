@@ -10,6 +10,14 @@ namespace dsv4::gpu {
 // decode passes of at most kPdlMaxRows rows — measured on 2×H200 TP2, Flash 8K: batch 1 step
 // 11.69 → 10.65 ms, batch 16 25.09 → 25.44 ms, batch 64 48.06 → 48.98 ms) and unless DSV4_PDL=0.
 constexpr int64_t kPdlMaxRows = 8;
+// kPdlMaxRows, or DSV4_PDL_MAX_ROWS when set (A/B timing of the threshold).
+inline int64_t pdl_max_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("DSV4_PDL_MAX_ROWS");
+    return v != nullptr && v[0] != '\0' ? std::atoll(v) : kPdlMaxRows;
+  }();
+  return rows;
+}
 inline thread_local bool t_pdl_scope = false;
 
 inline bool pdl_enabled() {
