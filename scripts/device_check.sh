@@ -6,7 +6,8 @@
 # Usage: scripts/device_check.sh [--only kernels,decode,golden,bench,serve,profile,moe,attn,lin,tp,flash,ttft] [bench-layers]
 #   tp:    tensor parallelism TP2 vs TP1 and the one-shot all-reduce test + latency vs NCCL (needs 2 GPUs); flash: the full DeepSeek-V4-Flash with dummy
 #          weights over FLASH_TP GPUs (default 2): time to ready + decode at each of FLASH_BATCHES
-#          (space-separated, default "1"), FLASH_CONTEXT (8192).
+#          (space-separated, default "1"), FLASH_CONTEXT (8192); FLASH_NOPDL=1 adds batch 1 with
+#          DSV4_PDL=0 (per-kernel attribution).
 #   ttft: one 8K prompt's prefill profile + `dsv4 bench` through the server (8K prompts; concurrency
 #         list TTFT_CONCURRENCY, default 1,8; TTFT_PROMPTS requests per level, default 8).
 #   tp, flash and ttft run only when named in --only.
@@ -157,6 +158,10 @@ for fb in ${FLASH_BATCHES:-${FLASH_BATCH:-1}}; do
     --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch $fb --context ${FLASH_CONTEXT:-8192} \
     --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
 done
+# Per-kernel attribution at batch 1 needs PDL off (its spans overlap otherwise): FLASH_NOPDL=1.
+[ "${FLASH_NOPDL:-0}" = 1 ] && want flash && run flash_profile_b1_nopdl timeout ${FLASH_TIMEOUT:-480} env DSV4_PDL=0 \
+  "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch 1 \
+  --context ${FLASH_CONTEXT:-8192} --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 # ttft: one 8K prompt's prefill (profiled), then `dsv4 bench` through `dsv4 serve` with 8K-token
 # prompts and 64 output tokens at concurrency 1 and 8 (TTFT, TPOT, tok/s).

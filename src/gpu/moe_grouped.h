@@ -8,7 +8,11 @@
 // Four launches, all sized from T and the preallocated workspace only (CUDA-graph capturable);
 // inside a PdlScope they use programmatic dependent launch (pdl.h), the gemm kernels starting
 // their first weight copies before the previous launch finishes.
-// Numerics are cpu::moe_forward's expert math (Lin4 / Lin8 with the reference rounding points).
+// Numerics are cpu::moe_forward's expert math (Lin4 / Lin8 with the reference rounding points),
+// with the FP8 tensor core's (wgmma) sum of each 32-K block in place of the exact fp32 sum of its
+// products (on H200 it keeps fewer bits, as in the reference's own FP8 kernels): tolerance-equal
+// to the CPU (moe_grouped_test states the bound), deterministic, and a token's result does not
+// depend on the other tokens of the call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -104,9 +108,9 @@ struct MoeGroupedArgs {
 void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cudaStream_t stream);
 
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the two GEMM
-// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below; 1: 11 warps ×
+// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below; 1: 12 warps ×
 // 3-stage rings; 4: 16 × 2; 7: 8 × 4. Diagnostics (wrong results, so refused unless
-// allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 11 × 3 and 16 × 2 without the
+// allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
 // math; 6 runs 8 × 4's math without the weight copies.
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 

@@ -51,10 +51,10 @@ int sm_count() {
     CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
     using namespace moe4;
     set_smem_attr<kShape8x4, kDiagNone>();
-    set_smem_attr<kShape11x3, kDiagNone>();
+    set_smem_attr<kShape12x3, kDiagNone>();
     set_smem_attr<kShape16x2, kDiagNone>();
     set_smem_attr<kShape8x4, kDiagLoadOnly>();
-    set_smem_attr<kShape11x3, kDiagLoadOnly>();
+    set_smem_attr<kShape12x3, kDiagLoadOnly>();
     set_smem_attr<kShape16x2, kDiagLoadOnly>();
     set_smem_attr<kShape8x4, kDiagMathOnly>();
   });
@@ -225,9 +225,9 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   int variant = g_pipeline.load(std::memory_order_relaxed);
   if (variant == 0) variant = p.T >= 8 ? 4 : 7;
   switch (variant) {
-    case 1: launch_gemms<moe4::kShape11x3, moe4::kDiagNone>(p, grid, stream); break;
+    case 1: launch_gemms<moe4::kShape12x3, moe4::kDiagNone>(p, grid, stream); break;
     case 2: launch_gemms<moe4::kShape8x4, moe4::kDiagLoadOnly>(p, grid, stream); break;
-    case 3: launch_gemms<moe4::kShape11x3, moe4::kDiagLoadOnly>(p, grid, stream); break;
+    case 3: launch_gemms<moe4::kShape12x3, moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 4: launch_gemms<moe4::kShape16x2, moe4::kDiagNone>(p, grid, stream); break;
     case 5: launch_gemms<moe4::kShape16x2, moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 6: launch_gemms<moe4::kShape8x4, moe4::kDiagMathOnly>(p, grid, stream); break;

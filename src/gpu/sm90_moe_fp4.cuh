@@ -5,15 +5,19 @@
 //     below; block T histograms the (token, k) slots per expert, scans offsets, scatters each
 //     slot to a position p (positions are grouped by expert; the shared expert is expert E with
 //     positions P..P+T−1, P = T·k) and cuts every expert's positions into chunks of ≤ 8 tokens.
-//  1. gate+up: a persistent grid (one CTA per SM, GemmShape warps); one warp item = (chunk,
-//     16 I-rows): 16 w1 rows and 16 w3 rows (one m16n8k32 tile each) × 8 tokens, streamed over
-//     K through a cp.async ring (4 KB of weights per stage) in the warp's own shared memory;
-//     only the chunk's live tokens are copied. Per 32-K block one FP8 MMA into a fresh
-//     accumulator, then acc += (partial·s_x)·s_w in fp32, K order — exactly cpu::Fp4Linear.
+//  1. gate+up: a persistent grid (one CTA per SM, GemmShape warps = warpgroups of 4); one
+//     warpgroup item = (chunk, 4 consecutive row tiles), one tile per warp: 16 w1 rows and 16
+//     w3 rows × 8 tokens, streamed over K through cp.async rings (4 KB of weights per warp and
+//     stage in the warp's own shared memory, the chunk's activations once per warpgroup; only
+//     the live tokens are copied). Per 32-K block: FP4 → e4m3 in registers (the wgmma A
+//     operand, 16 rows per warp), one `wgmma m64n8k32 e4m3` per m-tile into a fresh fp32
+//     partial with the activations as the shared-memory B operand, then acc += (partial·s_x)·s_w
+//     in fp32, K order — cpu::Fp4Linear's order (the partial of one 32-K block is the tensor
+//     core's sum of the same 32 products).
 //     The epilogue rounds g, u to bf16, clamps, SwiGLU, multiplies by the routing weight,
 //     rounds to bf16, and the last of the items that finish one 128-wide I block (atomic
 //     counter) Q8-quantizes it.
-//  2. down: same mainloop over w2, item = (chunk, 32 D-rows), output bf16(acc) per position.
+//  2. down: same mainloop over w2, warp tile = 32 D-rows, output bf16(acc) per position.
 //  3. combine: per token, Σ over its experts in ascending id (fp32) + shared, one bf16 round.
 // Phases 0 and 3 (the routing side) live in sm90_moe_group.cuh; this file has the shared
 // definitions and the gemm mainloop (phases 1 and 2).
@@ -21,18 +25,21 @@
 // 4 KB blocks, copied straight into its ring slot. Under programmatic dependent launch the
 // gemm kernels start their first item's weight copies before the previous launch completes.
 // The shared expert (FP8 weights, 128×128 scales) runs in phases 1/2 as extra chunks, each
-// listed twice (two halves of the output rows) with half-height items (8 w1 + 8 w3 rows packed
-// in one m-tile; 16 w2 rows), so its items stream the same 64 / 32 KB as a routed item and a
-// batch-1 layer has no long tail. 4 MMAs chained per 128-K block, acc += partial·(s_x·s_w) —
-// cpu::Fp8Linear's order.
+// listed twice (two halves of the output rows) with half-height warp tiles (8 w1 + 8 w3 rows
+// packed in one m-tile; 16 w2 rows), so its items stream the same 64 / 32 KB per warp as a
+// routed item and a batch-1 layer has no long tail. Per 128-K block 4 fresh wgmma partials,
+// summed in fp32 in K order, then acc += partial·(s_x·s_w) — cpu::Fp8Linear's order.
 //
 // FP4→FP8: the nibble's 3 magnitude bits go straight into e4m3 bits [4:2] and the sign to bit 7,
 // which is the E2M1 value × 2⁻⁶ exactly; 2⁶ is folded into s_x (exact, powers of two).
-// MMA layout of Q8 activations (ours): per 256-K chunk, byte (kb/2)·64 + t·16 + (kb%2)·8 + pos
-// for element k = 32·kb + 8·t + w, pos = (w%2)·4 + w/2: lane (g, t) of an m16n8k32 B fragment
-// reads its 8 bytes (evens then odds of K 8t..8t+7) with one load, matching the A fragment made
-// from the 4 FP4 bytes 4t..4t+3 of the weight row's 16-byte block (low nibbles → a0/a1 "cols
-// 0..15", high nibbles → a2/a3). The sum inside one MMA is over the same 32 products either way.
+// MMA layout of Q8 activations (ours): per 32-K block kb, the 16 even-K codes then the 16 odd-K
+// codes: byte 32·kb + (k%2)·16 + (k%32)/2 for element k. A warpgroup's 8 token rows of one
+// 256-K stage sit in shared memory as 16 core matrices of 8 tokens × 16 bytes (granule q of
+// token n at q·128 + n·16): the K-major, unswizzled wgmma B layout whose 32 "k" of block kb are
+// the evens then the odds of K 32kb..32kb+31. The A fragment of lane (g, t) built from the 4
+// FP4 bytes 4t..4t+3 of the weight row's 16-byte block (K 8t..8t+7) matches it: low nibbles
+// (K 8t, 8t+2, 8t+4, 8t+6) → a0/a1 "cols 4t..4t+3", high nibbles → a2/a3 "cols 16+4t..". The
+// sum inside one MMA is over the same 32 products either way.
 #pragma once
 
 #include <cstdint>
@@ -45,17 +52,20 @@ namespace dsv4::gpu::moe4 {
 constexpr int kTok = 8;        // tokens per chunk (MMA n)
 constexpr int kMaxE = 1023;    // experts (the group block scans E+1 ≤ 1024 entries)
 constexpr int kMaxTopK = 16;
-// Per-warp stage (256 K): weights 4 KB (FP4 32 rows × 128 B, FP8 16 rows × 256 B), activations
-// 8 tokens × 256 B, FP4 weight scales 32 rows × 8 B, activation scales 8 tokens × 2 floats.
-constexpr int kStageW = 0, kStageA = 4096, kStageWs = 6144, kStageXs = 6400, kStageBytes = 6464;
-// CTA shapes of phases 1/2 (one CTA per SM): warps × ring depth per warp.
+// Ring stage (256 K). Per warp: weights 4 KB (FP4 32 rows × 128 B, FP8 16 rows × 256 B), FP4
+// weight scales 32 rows × 8 B. Per warpgroup: activations 8 tokens × 256 B (wgmma B layout),
+// activation scales 8 tokens × 2 floats.
+constexpr int kWarpStageW = 0, kWarpStageWs = 4096, kWarpStageBytes = 4352;
+constexpr int kGroupStageA = 0, kGroupStageXs = 2048, kGroupStageBytes = 2112;
+// CTA shapes of phases 1/2 (one CTA per SM): warps (a multiple of 4) × ring depth.
 struct GemmShape {
   int warps, stages;
-  constexpr int smem() const { return warps * stages * kStageBytes; }
+  constexpr int groups() const { return warps / 4; }
+  constexpr int smem() const { return stages * (groups() * kGroupStageBytes + warps * kWarpStageBytes); }
 };
-constexpr GemmShape kShape8x4{8, 4};    // 206,848 B
-constexpr GemmShape kShape11x3{11, 3};  // 213,312 B
-constexpr GemmShape kShape16x2{16, 2};  // 206,848 B: the same bytes in flight, twice the warps
+constexpr GemmShape kShape8x4{8, 4};    // 156,160 B
+constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
+constexpr GemmShape kShape16x2{16, 2};  // 156,160 B: the same bytes in flight, twice the warps
 // Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
 // math without the weight copies.
 constexpr int kDiagNone = 0, kDiagLoadOnly = 1, kDiagMathOnly = 2;
@@ -101,11 +111,7 @@ struct Params {
 // Chunks of the shared expert for T tokens: ⌈T/8⌉ chunks, each listed twice (two row halves).
 __host__ __device__ __forceinline__ int shared_chunks(int T) { return 2 * ((T + kTok - 1) / kTok); }
 
-__device__ __forceinline__ int mma_layout_offset(int k) {
-  const int kb = (k >> 5) & 7, w = k & 31;
-  return ((k >> 8) << 8) | ((kb >> 1) << 6) | ((w >> 3) << 4) | ((kb & 1) << 3) | ((w & 1) << 2) |
-         ((w & 7) >> 1);
-}
+__device__ __forceinline__ int mma_layout_offset(int k) { return (k & ~31) | ((k & 1) << 4) | ((k & 31) >> 1); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -125,15 +131,29 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// d = A(16×32 e4m3) · B(32×8 e4m3) + c, fp32.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                         const float (&c)[4]) {
-  asm(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11,%12,%13};\n"
+// Warpgroup MMA (sm_90a). The A registers of a wgmma are computed before wg_fence() and stay
+// untouched until wg_wait (ptxas tracks them); the B tile comes from shared memory.
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Makes this thread's completed cp.async writes visible to the async proxy (wgmma's smem reads).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Barrier of one warpgroup (128 threads), id 1..15.
+__device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+// Shared-memory descriptor of a K-major, unswizzled B tile of 8 rows × 32 bytes: two core
+// matrices (8 rows × 16 B, rows 16 B apart) 128 B apart. Both byte offsets are 128: with one
+// 8-row group the N-direction offset is never used.
+__device__ __forceinline__ uint64_t b_desc(uint32_t saddr) {
+  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(128 >> 4) << 16) | (uint64_t(128 >> 4) << 32);
+}
+// d = A(64×32 e4m3: this warp's rows 16w..16w+15 in a, the mma.m16n8k32 A fragment) ·
+// B(32×8 e4m3 at desc), fp32, fresh (scale-d = 0: no C).
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
 // 4 packed FP4 bytes (8 nibbles) → e4m3 codes of value·2⁻⁶: low nibbles, high nibbles.
@@ -144,28 +164,6 @@ __device__ __forceinline__ uint32_t fp4_hi(uint32_t w) { return ((w >> 2) & 0x1c
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-// d = A(16×16 f16) · B(16×8 f16) + c, fp32.
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                        const float (&c)[4]) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11,%12,%13};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
-}
-// e4m3 pairs → f16x2 (exact): bytes 0,1 / bytes 2,3 of v (low byte → low half). The 16-bit
-// halves are split with mov so that ptxas can read them as R.H0 / R.H1 (no shift).
-__device__ __forceinline__ uint32_t e4m3_lo_to_f16x2(uint32_t v) {
-  uint32_t r;
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(r) : "r"(v));
-  return r;
-}
-__device__ __forceinline__ uint32_t e4m3_hi_to_f16x2(uint32_t v) {
-  uint32_t r;
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(r) : "r"(v));
   return r;
 }
 // a/b for powers of two a, b (normal result): an exponent subtraction.
@@ -227,51 +225,52 @@ __device__ __forceinline__ void issue_weights(const ItemWeights& w, int s, uint8
     const int q = lane + 32 * i;  // granule of the stage (0..255)
     const uint8_t* src = kUp ? (i < 4 ? w.wA + s * 2048 + q * 16 : w.wB + s * 2048 + (q - 128) * 16)
                              : w.wA + s * 4096 + q * 16;
-    cp16(st + kStageW + q * 16, src);
+    cp16(st + kWarpStageW + q * 16, src);
   }
   if constexpr (!kFp8) {
     if (lane < 16)
-      cp16(st + kStageWs + lane * 16, kUp ? (lane < 8 ? w.sA + s * 128 + lane * 16 : w.sB + s * 128 + (lane - 8) * 16)
+      cp16(st + kWarpStageWs + lane * 16, kUp ? (lane < 8 ? w.sA + s * 128 + lane * 16 : w.sB + s * 128 + (lane - 8) * 16)
                                           : w.sA + s * 256 + lane * 16);
   }
 }
 
-// One warp item of phase 1 (kUp) or phase 2 over the whole K, 8 token slots, kNs-stage
-// cp.async ring; every stage is 4 KB of weights and 256 K of activations:
+// One warp's part of a warpgroup item of phase 1 (kUp) or phase 2 over the whole K, 8 token
+// slots, kNs-stage cp.async rings; every stage is 4 KB of weights per warp and 256 K of the
+// chunk's activations per warpgroup:
 //   FP4 (routed): 32 weight rows × 128 B (up: 16 w1 + 16 w3 rows; down: 32 w2 rows), 2 m-tiles.
 //   FP8 (shared): 16 weight rows × 256 B (up: 8 w1 + 8 w3 rows packed in one m-tile, rows g and
 //                 g+8 of the tile are w1/w3 row row0+g; down: 16 w2 rows), 1 m-tile.
-// So both kinds stream the same bytes per item (balanced at batch 1). `sub` selects the FP8
-// half of the rows (shared chunks appear twice, expert E and E+1). Only the chunk's live
-// tokens (ch.n) are copied; the stale slots only feed MMA columns that are never stored.
+// So both kinds stream the same bytes per warp (balanced at batch 1). All 4 warps of the
+// warpgroup run this together on the same chunk (tiles 4j..4j+3; `bar` its barrier id, wt the
+// thread's index in it). `sub` of the FP8 rows: shared chunks appear twice, experts E and E+1.
+// Only the chunk's live tokens (ch.n) are copied; the stale slots only feed MMA columns that
+// are never stored. wsm: the warp's weight ring, gsm: the warpgroup's activation ring.
 // w_pre: the weights of stages 0..kNs−2 were already issued as one commit group (the
 // kernel's prologue before the grid dependency resolved).
-template <bool kUp, bool kFp8, int kNs, int kDiag>
-__device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* sm,
-                                         int lane, bool w_pre) {
+// Ring order per stage s: wait for stage s (own copies), proxy fence, warpgroup barrier (all
+// copies of s visible, all warps done with stage s−1), then refill the slot of s−1, then math.
+template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq>
+__device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
+                                         uint8_t* gsm, int bar, int wt, bool w_pre) {
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
   const int K = kUp ? p.D : p.I;
   const int nst = K / 256;                         // stages (256 K each)
   const int row0 = item_row0<kUp, kFp8>(p, ch.expert, tile);
   const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, row0);
   const uint8_t *sA = iw.sA, *sB = iw.sB;  // FP8: block-row scales
-  // Activation rows this lane copies: token slots lane/16 + 2i.
-  auto act_row = [&](int i) { return kUp ? p.pos_token[ch.pos + min(i, ch.n - 1)] : ch.pos + min(i, ch.n - 1); };
-  const uint8_t* arow[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) arow[i] = (kUp ? p.xq : p.hq) + size_t(act_row((lane >> 4) + 2 * i)) * K;
-  const float* srow = (kUp ? p.xs : p.hs) + size_t(act_row(lane & 7)) * (K / 128);
+  const int lane = wt & 31;
+  // Activations this thread copies: token slot wt % 8, 16-byte granule wt / 8 of each stage.
+  const int tn = wt & 7, tq = wt >> 3;
+  const int arow = kUp ? p.pos_token[ch.pos + min(tn, ch.n - 1)] : ch.pos + min(tn, ch.n - 1);
+  const uint8_t* asrc = (kUp ? p.xq : p.hq) + size_t(arow) * K + tq * 16;
+  const float* ssrc = (kUp ? p.xs : p.hs) + size_t(arow) * (K / 128);
 
   auto issue = [&](int s, bool weights) {
     if (s < nst) {
-      uint8_t* st = sm + (s % kNs) * kStageBytes;
-      if (weights && kDiag != kDiagMathOnly) issue_weights<kUp, kFp8>(iw, s, st, lane);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int tk = (lane >> 4) + 2 * i, q = lane & 15;
-        if (tk < ch.n) cp16(st + kStageA + tk * 256 + ((q ^ ((tk & 1) << 2)) << 4), arow[i] + s * 256 + q * 16);
-      }
-      if (lane < ch.n) cp8(st + kStageXs + lane * 8, srow + 2 * s);
+      uint8_t* gs = gsm + (s % kNs) * kGroupStageBytes;
+      if (weights && kDiag != kDiagMathOnly) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
+      if (tn < ch.n) cp16(gs + kGroupStageA + tq * 128 + tn * 16, asrc + s * 256);
+      if (wt < ch.n) cp8(gs + kGroupStageXs + wt * 8, ssrc + 2 * s);  // wt < 8: token slot tn = wt
     }
     cp_commit();
   };
@@ -279,50 +278,58 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   const int g = lane >> 2, t = lane & 3;
   float acc[2][4] = {};  // FP4: in units of S = 2⁶·s_x of the current 128-K block (cur_a/b = s_x)
   float cur_a = 1.0f, cur_b = 1.0f;
-  const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s) issue(s, !w_pre);
   for (int s = 0; s < nst; ++s) {
+    cp_wait<kNs - 2>();
+    fence_proxy_async();
+    group_sync(bar);
     issue(s + kNs - 1, true);
-    cp_wait<kNs - 1>();
-    __syncwarp();
     if constexpr (kDiag == kDiagLoadOnly) continue;  // diagnostic: the weight stream alone
-    const uint8_t* st = sm + (s % kNs) * kStageBytes;
-    const uint8_t* W = st + kStageW;
-    const uint8_t* A = st + kStageA + g * 256;
-    const float4 sx4 = *reinterpret_cast<const float4*>(st + kStageXs + (2 * t) * 8);
+    const uint8_t* W = wsm + (s % kNs) * kWarpStageBytes + kWarpStageW;
+    const uint8_t* gs = gsm + (s % kNs) * kGroupStageBytes;
+    const uint64_t desc = b_desc(smem_u32(gs + kGroupStageA));  // + 16 per 32-K block (256 B)
+    const float4 sx4 = *reinterpret_cast<const float4*>(gs + kGroupStageXs + (2 * t) * 8);
     if constexpr (kFp8) {
       const float xa[2] = {sx4.x, sx4.y}, xb[2] = {sx4.z, sx4.w};
 #pragma unroll
       for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
         const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        uint4 bv;
+        uint32_t a[4][4];
 #pragma unroll
         for (int kq = 0; kq < 4; ++kq) {
           const int kb = 4 * hb + kq;
-          if ((kb & 1) == 0) bv = *reinterpret_cast<const uint4*>(A + (((((kb >> 1) << 2) + t) ^ ((g & 1) << 2)) << 4));
           const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
           const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
           const uint2 v1 = *reinterpret_cast<const uint2*>(W + (g + 8) * 256 + gofs);
-          const uint32_t a[4] = {prmt(v0.x, v0.y, 0x6420), prmt(v1.x, v1.y, 0x6420), prmt(v0.x, v0.y, 0x7531),
-                                 prmt(v1.x, v1.y, 0x7531)};
-          mma_e4m3(d, a, (kb & 1) ? bv.z : bv.x, (kb & 1) ? bv.w : bv.y, d);
+          a[kq][0] = prmt(v0.x, v0.y, 0x6420);
+          a[kq][1] = prmt(v1.x, v1.y, 0x6420);
+          a[kq][2] = prmt(v0.x, v0.y, 0x7531);
+          a[kq][3] = prmt(v1.x, v1.y, 0x7531);
         }
-        acc[0][0] = fmaf(d[0], xa[hb] * swA, acc[0][0]);
-        acc[0][1] = fmaf(d[1], xb[hb] * swA, acc[0][1]);
-        acc[0][2] = fmaf(d[2], xa[hb] * swB, acc[0][2]);
-        acc[0][3] = fmaf(d[3], xb[hb] * swB, acc[0][3]);
+        float d[4][4];
+        wg_fence();
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[kq], a[kq], desc + (4 * hb + kq) * 16);
+        wg_commit();
+        wg_wait0();
+        float ds[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ds[i] = ((d[0][i] + d[1][i]) + d[2][i]) + d[3][i];
+        acc[0][0] = fmaf(ds[0], xa[hb] * swA, acc[0][0]);
+        acc[0][1] = fmaf(ds[1], xb[hb] * swA, acc[0][1]);
+        acc[0][2] = fmaf(ds[2], xa[hb] * swB, acc[0][2]);
+        acc[0][3] = fmaf(ds[3], xb[hb] * swB, acc[0][3]);
       }
     } else {
       uint2 swr[4];
 #pragma unroll
-      for (int m = 0; m < 4; ++m) swr[m] = *reinterpret_cast<const uint2*>(st + kStageWs + (g + 8 * m) * 8);
-      uint4 bv;
+      for (int m = 0; m < 4; ++m)
+        swr[m] = *reinterpret_cast<const uint2*>(wsm + (s % kNs) * kWarpStageBytes + kWarpStageWs + (g + 8 * m) * 8);
 #pragma unroll
-      for (int kb = 0; kb < 8; ++kb) {
-        if ((kb & 3) == 0) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
-          const float na = kb ? sx4.y : sx4.x, nb = kb ? sx4.w : sx4.z;
+      for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
+        {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
+          const float na = hb ? sx4.y : sx4.x, nb = hb ? sx4.w : sx4.z;
           const float ra = pow2_ratio(cur_a, na), rbb = pow2_ratio(cur_b, nb);
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
@@ -334,44 +341,52 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
           cur_a = na;
           cur_b = nb;
         }
-        if ((kb & 1) == 0) bv = *reinterpret_cast<const uint4*>(A + (((((kb >> 1) << 2) + t) ^ ((g & 1) << 2)) << 4));
-        const uint32_t b0 = (kb & 1) ? bv.z : bv.x, b1 = (kb & 1) ? bv.w : bv.y;
-        const uint32_t blo0 = e4m3_lo_to_f16x2(b0), blo1 = e4m3_lo_to_f16x2(b1);
-        const uint32_t bhi0 = e4m3_hi_to_f16x2(b0), bhi1 = e4m3_hi_to_f16x2(b1);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const int gofs = ((kb ^ g) << 4) + t * 4;
-          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
-          const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
-          // The e4m3 m16n8k32 MMA as the two f16 m16n8k16 MMAs ptxas emits for it (bytes 0,1 of
-          // every operand register, then bytes 2,3), minus its FADD of the zero C: d = partial·2⁻⁶.
-          const uint32_t alo[4] = {e4m3_lo_to_f16x2(a[0]), e4m3_lo_to_f16x2(a[1]), e4m3_lo_to_f16x2(a[2]),
-                                   e4m3_lo_to_f16x2(a[3])};
-          const uint32_t ahi[4] = {e4m3_hi_to_f16x2(a[0]), e4m3_hi_to_f16x2(a[1]), e4m3_hi_to_f16x2(a[2]),
-                                   e4m3_hi_to_f16x2(a[3])};
-          float d[4];
-          mma_f16(d, alo, blo0, blo1, zero);
-          mma_f16(d, ahi, bhi0, bhi1, d);
-          // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
-          // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
-          const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
-          const uint32_t sel = 0x0444u | (uint32_t(kb & 3) << 12);
-          const float sg = __uint_as_float(prmt(kb < 4 ? s0.x : s0.y, 0u, sel) >> 1);
-          const float sg8 = __uint_as_float(prmt(kb < 4 ? s1.x : s1.y, 0u, sel) >> 1);
-          // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
-          // scales powers of two (normal range): cpu::Fp4Linear's order, bit for bit.
-          acc[mt][0] = fmaf(d[0], sg, acc[mt][0]);
-          acc[mt][1] = fmaf(d[1], sg, acc[mt][1]);
-          acc[mt][2] = fmaf(d[2], sg8, acc[mt][2]);
-          acc[mt][3] = fmaf(d[3], sg8, acc[mt][3]);
+        for (int kq0 = 0; kq0 < 4; kq0 += kBq) {  // batches of kBq 32-K blocks × 2 m-tiles
+          uint32_t a[kBq][2][4];
+#pragma unroll
+          for (int j = 0; j < kBq; ++j)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              const int gofs = (((4 * hb + kq0 + j) ^ g) << 4) + t * 4;
+              const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
+              const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
+              a[j][mt][0] = fp4_lo(w0);
+              a[j][mt][1] = fp4_lo(w1);
+              a[j][mt][2] = fp4_hi(w0);
+              a[j][mt][3] = fp4_hi(w1);
+            }
+          float d[kBq][2][4];  // d = partial·2⁻⁶ of block 4hb+kq0+j, m-tile mt
+          wg_fence();
+#pragma unroll
+          for (int j = 0; j < kBq; ++j)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[j][mt], a[j][mt], desc + (4 * hb + kq0 + j) * 16);
+          wg_commit();
+          wg_wait0();
+#pragma unroll
+          for (int j = 0; j < kBq; ++j)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
+              // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
+              const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
+              const uint32_t sel = 0x0444u | (uint32_t(kq0 + j) << 12);
+              const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
+              const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
+              // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
+              // scales powers of two (normal range): cpu::Fp4Linear's order.
+              acc[mt][0] = fmaf(d[j][mt][0], sg, acc[mt][0]);
+              acc[mt][1] = fmaf(d[j][mt][1], sg, acc[mt][1]);
+              acc[mt][2] = fmaf(d[j][mt][2], sg8, acc[mt][2]);
+              acc[mt][3] = fmaf(d[j][mt][3], sg8, acc[mt][3]);
+            }
         }
       }
     }
-    __syncwarp();
   }
   cp_wait<0>();
-  __syncwarp();
+  group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
   if constexpr (!kFp8) {  // u → acc = u·S
     const float Sa = cur_a * 64.0f, Sb = cur_b * 64.0f;
 #pragma unroll
@@ -435,57 +450,67 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 // Before the grid dependency resolves (programmatic dependent launch): issue the weights of
 // stages 0..kNs−2 of a warp's first item as one commit group (moe_item's w_pre).
 template <bool kUp, bool kFp8, int kNs>
-__device__ __forceinline__ void prefetch_item_weights(const Params& p, int expert, int tile, uint8_t* sm,
+__device__ __forceinline__ void prefetch_item_weights(const Params& p, int expert, int tile, uint8_t* wsm,
                                                       int lane) {
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[expert];
   const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, item_row0<kUp, kFp8>(p, expert, tile));
   const int nst = (kUp ? p.D : p.I) / 256;
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s)
-    if (s < nst) issue_weights<kUp, kFp8>(iw, s, sm + s * kStageBytes, lane);
+    if (s < nst) issue_weights<kUp, kFp8>(iw, s, wsm + s * kWarpStageBytes, lane);
   cp_commit();
 }
 
-// Phases 1 (kUp) and 2: persistent, kNw warps per CTA, one CTA per SM; global warp w takes
-// items w, w + W, … (W = all warps); consecutive items are consecutive row tiles of one chunk,
-// spread over different CTAs. Shared memory: GemmShape::smem(). kDiag (benchmark diagnostics,
-// wrong results): kDiagLoadOnly the same copies without the math, kDiagMathOnly the math on
-// whatever the ring holds without copying weights (activations still copied).
+// Phases 1 (kUp) and 2: persistent, kNw warps (kNw/4 warpgroups) per CTA, one CTA per SM;
+// global warpgroup j takes items j, j + G, … (G = all warpgroups); an item is (chunk, 4
+// consecutive row tiles), warp w of the warpgroup takes tile 4·(item's tile group) + w;
+// consecutive items are consecutive tile groups of one chunk, spread over different CTAs.
+// Row tiles per chunk (I/16, D/32) are multiples of 4 for the supported shapes (multiples of
+// 256). Shared memory: GemmShape::smem() = the warpgroups' activation rings, then the warps'
+// weight rings. kDiag (benchmark diagnostics, wrong results): kDiagLoadOnly the same copies
+// without the math, kDiagMathOnly the math on whatever the ring holds without copying weights
+// (activations still copied).
 // Under programmatic dependent launch the first item's weights start streaming before
 // pdl_wait(): gate+up when it is a shared-expert item (chunks 0..shared_chunks(T)−1 whatever
 // the routing), down always (its chunk list was written by the group kernel, which completed
 // before any gate+up CTA passed its pdl_wait and triggered this grid; read through L2).
 template <bool kUp, int kNw, int kNs, int kDiag = kDiagNone>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint8_t* sm = smem + warp * kNs * kStageBytes;
-  const int tiles = kUp ? p.I / 16 : p.D / 32;
-  int item = warp * gridDim.x + blockIdx.x;
+  static_assert(kNw % 4 == 0, "whole warpgroups");
+  constexpr int kNg = kNw / 4;
+  // FP4 32-K blocks per wgmma batch (A fragments and partials live until its wait): 4 where
+  // registers allow, 2 at 16 warps (128 registers).
+  constexpr int kBq = kNw >= 16 ? 2 : 4;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = warp >> 2, wt = threadIdx.x & 127;
+  uint8_t* gsm = smem + grp * kNs * kGroupStageBytes;
+  uint8_t* wsm = smem + kNg * kNs * kGroupStageBytes + warp * kNs * kWarpStageBytes;
+  const int groups = (kUp ? p.I / 16 : p.D / 32) / 4;  // tile groups per chunk
+  int item = grp * gridDim.x + blockIdx.x;
   bool w_pre = false;
   {
-    const int ci = item / tiles, tile = item - ci * tiles;
+    const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
     if constexpr (kDiag == kDiagMathOnly) {
     } else if constexpr (kUp) {
       if (p.has_shared && ci < shared_chunks(p.T)) {
-        prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, sm, lane);
+        prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, wsm, lane);
         w_pre = true;
       }
     } else if (ci < __ldcg(p.num_chunks)) {
       const int expert = __ldcg(&p.chunks[ci].expert);
-      if (expert >= p.E) prefetch_item_weights<false, true, kNs>(p, expert, tile, sm, lane);
-      else prefetch_item_weights<false, false, kNs>(p, expert, tile, sm, lane);
+      if (expert >= p.E) prefetch_item_weights<false, true, kNs>(p, expert, tile, wsm, lane);
+      else prefetch_item_weights<false, false, kNs>(p, expert, tile, wsm, lane);
       w_pre = true;
     }
   }
   pdl_wait();
   pdl_trigger();
-  const int total = *p.num_chunks * tiles;
-  for (; item < total; item += gridDim.x * kNw) {
-    const int ci = item / tiles, tile = item - ci * tiles;
+  const int total = *p.num_chunks * groups;
+  for (; item < total; item += gridDim.x * kNg) {
+    const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
     const Chunk ch = p.chunks[ci];
-    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kDiag>(p, ch, ci, tile, sm, lane, w_pre);
-    else moe_item<kUp, false, kNs, kDiag>(p, ch, ci, tile, sm, lane, w_pre);
+    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
+    else moe_item<kUp, false, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
     w_pre = false;
   }
 }
