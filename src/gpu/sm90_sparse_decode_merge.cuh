@@ -22,9 +22,9 @@ __device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
   return r;
 }
-__device__ __forceinline__ float ld_cluster(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+__device__ __forceinline__ float2 ld_cluster2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
   return v;
 }
 __device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
@@ -42,58 +42,47 @@ __device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
 // M = max m_s, O = Σ e^(m_s−M) O_s / (Σ e^(m_s−M) l_s + e^(sink−M)) — the merge kernel's
 // formula, without the global partials and the second launch. A second barrier keeps every
 // CTA's smem alive until the cluster is done reading it.
-// H: the CTA's heads (its head group), q_off / sink: where they start.
-template <int NT>
-__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[NT][4],
-                                       int splits, int split, bool write_partial, int mt, int grp,
-                                       int64_t q_off, int H, const float* __restrict__ sink) {
-  const int tid = threadIdx.x, lane = tid & 31;
-  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
-  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
-  if (write_partial) {
+// The part after the first barrier, for S = splits (a power of two; S = 16 also stands for any
+// `splits`, one unit per round): a thread merges the float4 units u_first, u_first + kThreads,
+// … < u1, 16 / S of them per round, so that up to 16 DSMEM loads are in flight per thread (the
+// first round is requested before the (m, l) exchange).
+template <int S, bool kProbe>
+__device__ __forceinline__ void cluster_merge_tail(Smem& sm, const SparseDecodeArgs& a, const float* part,
+                                                   int splits, int u_first, int u1, int64_t q_off, int H,
+                                                   const float* __restrict__ sink) {
+  constexpr int U = kMaxCluster / S;
+  const int tid = threadIdx.x;
+  float4 v[U][S];
+  auto load_round = [&](int u0) {
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
-      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
-      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
+    for (int j = 0; j < U; ++j) {
+      const int u = u0 + j * kThreads;
+      if (u < u1) {
+        const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+          if (s < splits) v[j][s] = ld_cluster4(cluster_addr(part + h * kPartS + c, s));
+      }
     }
-  }
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  // This CTA's slice: float4 units [split·per, u1) of the row's H × 128. With one head tile
-  // (NT 4) a thread's first unit's partials are requested before the (m, l) exchange, so the
-  // two DSMEM round trips overlap.
-  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
-  const int u1 = min(units, (split + 1) * per);
-  float4 v[kMaxCluster];  // every split's partial in flight at once
-  auto load_unit = [&](int u) {
-    const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < splits) v[s] = ld_cluster4(cluster_addr(part + h * kPartS + c, s));
   };
-  const int u_first = split * per + tid;
-  // (m, l) of every (split, head): ≤ 16 × 64 pairs, two per thread, copied to local smem.
-  float* wgt = sm.s;                           // [splits][64] weights e^(m_s − M)
-  float* m_all = sm.s + kMaxCluster * kHeads;  // [splits][64]
+  // (m, l) of every (split, head): ≤ 16 × 64 pairs, two per thread, copied to local smem; then
+  // per head the weights e^(m_s − M) and 1 / (Σ w_s·l_s + e^(sink − M)).
+  float* wgt = sm.s;                           // [S][64]
+  float* m_all = sm.s + kMaxCluster * kHeads;  // [S][64]
   float* l_all = m_all + kMaxCluster * kHeads;
-  float m2[2], l2[2];
+  float2 ml2[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int i = tid + k * kThreads, s = i / H, h = i - s * H;
-    if (s < splits) {
-      m2[k] = ld_cluster(cluster_addr(&sm.m[h], s));
-      l2[k] = ld_cluster(cluster_addr(&sm.l[h], s));
-    }
+    if (s < splits) ml2[k] = ld_cluster2(cluster_addr(&sm.ml[h], s));
   }
-  constexpr bool kPreload = NT == 4;  // (registers: the wider kernels would spill)
-  if (kPreload && u_first < u1) load_unit(u_first);
+  load_round(u_first);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int i = tid + k * kThreads, s = i / H, h = i - s * H;
     if (s < splits) {
-      m_all[s * kHeads + h] = m2[k];
-      l_all[s * kHeads + h] = l2[k];
+      m_all[s * kHeads + h] = ml2[k].x;
+      l_all[s * kHeads + h] = ml2[k].y;
     }
   }
   __syncthreads();
@@ -110,29 +99,72 @@ __device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, cons
     sm.alpha[tid] = big == -INFINITY ? 0.0f : 1.0f / (l + __expf(sink[tid] - big));
   }
   __syncthreads();
-  for (int u = u_first; u < u1; u += kThreads) {
-    if (!kPreload || u != u_first) load_unit(u);
-    const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
-    float4 acc = make_float4(0, 0, 0, 0);
+  probe_mark<kProbe>(sm, 10);
+  for (int u0 = u_first; u0 < u1; u0 += U * kThreads) {
+    if (u0 != u_first) load_round(u0);
 #pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      const float w = s < splits ? wgt[s * kHeads + h] : 0.0f;
-      if (w != 0.0f) {  // empty splits and heads without candidates hold no partial
-        acc.x = fmaf(w, v[s].x, acc.x);
-        acc.y = fmaf(w, v[s].y, acc.y);
-        acc.z = fmaf(w, v[s].z, acc.z);
-        acc.w = fmaf(w, v[s].w, acc.w);
+    for (int j = 0; j < U; ++j) {
+      const int u = u0 + j * kThreads;
+      if (u >= u1) break;
+      const int h = u / (kHeadDim / 4), c = (u % (kHeadDim / 4)) * 4;
+      float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const float w = s < splits ? wgt[s * kHeads + h] : 0.0f;
+        if (w != 0.0f) {  // empty splits and heads without candidates hold no partial
+          acc.x = fmaf(w, v[j][s].x, acc.x);
+          acc.y = fmaf(w, v[j][s].y, acc.y);
+          acc.z = fmaf(w, v[j][s].z, acc.z);
+          acc.w = fmaf(w, v[j][s].w, acc.w);
+        }
       }
+      const float inv = sm.alpha[h];
+      const int64_t at = q_off + h * kHeadDim + c;
+      store_out2(a, at, acc.x * inv, acc.y * inv);
+      store_out2(a, at + 2, acc.z * inv, acc.w * inv);
     }
-    const float inv = sm.alpha[h];
-    const int64_t at = q_off + h * kHeadDim + c;
-    store_out2(a, at, acc.x * inv, acc.y * inv);
-    store_out2(a, at + 2, acc.z * inv, acc.w * inv);
   }
+}
+
+// H: the CTA's heads (its head group), q_off / sink: where they start.
+template <int NT, bool kProbe>
+__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[NT][4],
+                                       int splits, int split, bool write_partial, int mt, int grp,
+                                       int64_t q_off, int H, const float* __restrict__ sink) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
+  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
+  if (write_partial) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
+      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
+      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
+    }
+  }
+  if (tid < kHeads) sm.ml[tid] = make_float2(sm.m[tid], sm.l[tid]);
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  probe_mark<kProbe>(sm, 9);
+  // This CTA's slice: float4 units [split·per, u1) of the row's H × 128.
+  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
+  const int u1 = min(units, (split + 1) * per), u_first = split * per + tid;
+  // The 4-tile kernel (B ≥ 8: several units per thread) has a variant per cluster size; the
+  // one- and two-tile kernels (small batch, ≤ 2 units per thread) keep their code short.
+  if (NT < 16 || splits == 16)
+    cluster_merge_tail<16, kProbe>(sm, a, part, splits, u_first, u1, q_off, H, sink);
+  else if (splits == 8)
+    cluster_merge_tail<8, kProbe>(sm, a, part, 8, u_first, u1, q_off, H, sink);
+  else if (splits == 4)
+    cluster_merge_tail<4, kProbe>(sm, a, part, 4, u_first, u1, q_off, H, sink);
+  else
+    cluster_merge_tail<2, kProbe>(sm, a, part, 2, u_first, u1, q_off, H, sink);
+  probe_mark<kProbe>(sm, 11);
   // Keep this CTA's smem until every CTA has read it. Relaxed: the reads above are complete
   // (their values are used), and the output stores need no cluster-scope ordering.
   asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
   asm volatile("barrier.cluster.wait;\n" ::: "memory");
+  probe_mark<kProbe>(sm, 12);
 }
 
 // NT: n8 tiles (8 dims each) per warp in P·V: 16 (4 warps per head tile, up to 4 tiles), 8

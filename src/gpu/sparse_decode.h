@@ -90,8 +90,9 @@ struct SparseDecodeArgs {
 
 // Work split, built on the host from upper bounds only; reusable across layers of one step
 // with the same bounds. splits: CTAs per row. Each row splits its own candidate count over
-// them on the device: chunk_r = max(min_chunk, round_up(ceil(total_r / splits), 16)), for the
-// merge kernel rounded to whole 64-candidate tiles above 64; CTAs past the row's end only mark
+// them on the device: chunk_r = max(min_chunk, round_up(ceil(total_r / splits), chunk_align))
+// (chunk_align 8 with the in-cluster merge, else 16), for the merge kernel rounded to whole
+// 64-candidate tiles above 64; CTAs past the row's end only mark
 // their partial empty. Merge of the splits' partials: cluster > 1
 // (= splits, a power of two ≤ 16): in the kernel, through distributed shared memory of the
 // row's thread-block cluster (one launch, no workspace); cluster == 1 and splits > 1: fp32
@@ -103,9 +104,12 @@ struct SparseDecodeArgs {
 struct SparseDecodePlan {
   int rows = 0;
   int heads = kHeads;
+  int max_main = 0;   // list bounds (the kernel loads a full row's first ids with its
+  int max_extra = 0;  // lengths, speculatively; the result does not depend on them)
   int max_cands = 0;  // max_main + max_extra
   int chunk = 64;     // chunk of a row with max_cands candidates (information)
   int min_chunk = 16;
+  int chunk_align = 16;  // 8 with the in-cluster merge, else 16 (see chunk_r)
   int splits = 1;
   int cluster = 1;             // CTAs per thread-block cluster (in-kernel merge when > 1)
   int head_groups = 1;         // CTAs per (row, split) along the heads, group_tiles 16-head tiles each
@@ -144,5 +148,13 @@ size_t sparse_decode_workspace_bound(int split_rows, int heads, int num_sms);
 // the kernels wait for their predecessor before reading any input.
 void sparse_decode(const SparseDecodeArgs& args, const SparseDecodePlan& plan, void* workspace,
                    cudaStream_t stream);
+
+// Benchmark hook: sparse_decode with a per-phase clock64 probe (another instantiation; plans
+// with the in-cluster merge only). probe: device [CTAs][16] int64: slots 0..12 clock64 at
+// kernel entry, after pdl_wait, after the first tile's ids, its data, dequant, QK, softmax,
+// P·V, the loop, the first cluster barrier, the merge weights, the output, the last barrier;
+// 13 / 14 globaltimer (ns) at entry / exit, 15 clock64 at exit.
+void sparse_decode_probe(const SparseDecodeArgs& args, const SparseDecodePlan& plan, void* workspace,
+                         long long* probe, cudaStream_t stream);
 
 }  // namespace dsv4::gpu::sm90

@@ -6,6 +6,9 @@
 // 8 launches in a graph uses another of 4 index-list / key-range copies.
 // Calls of at most kPdlMaxRows rows run inside a PdlScope, as GpuModel's decode (DSV4_PDL=0:
 // plain launches); `pdl=` in the output says which.
+// "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
+// probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
+// P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
 // Usage: gpu_sparse_decode_bench (no arguments).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -87,9 +90,41 @@ double read_bandwidth(cudaStream_t s) {
   return bench::hbm_read_probe(buf.get(), bytes, s) / 1e9;
 }
 
+// Per-phase probe (sparse_decode_probe) of one call after `warm` plain calls: per phase the
+// median over the CTAs and 9 calls of its clock64 time, in ns at the CTA's measured clock.
+void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::function<void(int)>& call,
+                 const std::function<void(long long*)>& probe_call, const char* label) {
+  const int ctas = plan.rows * plan.head_groups * plan.splits;
+  DeviceBuffer<long long> pb(size_t(ctas) * 16);
+  std::vector<std::vector<double>> ph(13);
+  std::vector<double> ghz;
+  for (int rep = 0; rep < 9; ++rep) {
+    for (int w = 0; w < 3; ++w) call(rep + w);
+    probe_call(pb.get());
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<long long> v = pb.download();
+    for (int b = 0; b < ctas; ++b) {
+      const long long* x = &v[size_t(b) * 16];
+      if (x[14] <= x[13]) continue;
+      const double rate = double(x[15] - x[0]) / double(x[14] - x[13]);  // clocks per ns
+      ghz.push_back(rate);
+      for (int i = 2; i <= 12; ++i) ph[i].push_back(double(x[i] - x[i - 1]) / rate);
+    }
+  }
+  auto med = [](std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const char* names[13] = {"", "", "ids", "data", "deq", "qk", "smax", "pv", "end", "bar1", "ml", "out", "bar2"};
+  std::printf("  probe %s (ns, medians; SM clock %.2f GHz):", label, med(ghz));
+  for (int i = 2; i <= 12; ++i) std::printf(" %s %.0f", names[i], med(ph[i]));
+  std::printf("\n");
+}
+
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
                     int main_len, int extra_len, bool contiguous_extra, int min_chunk = 16,
-                    int heads = kHeads, int max_cluster = 0, int head_groups = 0) {
+                    int heads = kHeads, int max_cluster = 0, int head_groups = 0, bool probe = false) {
   const PdlScope pdl(rows <= kPdlMaxRows);  // as GpuModel's decode (DSV4_PDL=0: off)
   std::mt19937 rng(rows * 131 + extra_len);
   const int me = std::max(extra_len, 1);
@@ -115,7 +150,7 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   const SparseDecodePlan plan =
       plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk, heads, 0, max_cluster, head_groups);
   DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 1));
-  auto call = [&](int i) {
+  auto args = [&](int i) {
     const int c = i % kCopies;
     SparseDecodeArgs a;
     a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * rows * heads * kHeadDim;
@@ -133,14 +168,17 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
     a.sink = sink.get();
     a.out = reinterpret_cast<__nv_bfloat16*>(out.get());
     a.rows = rows;
-    sparse_decode(a, plan, ws.get(), s);
+    return a;
   };
+  auto call = [&](int i) { sparse_decode(args(i), plan, ws.get(), s); };
   call(0);
   CUDA_CHECK(cudaStreamSynchronize(s));
   const Stats st = time_graph(s, call);
   const int cands = main_len + extra_len;
   const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + 2.0 * heads * kHeadDim * 2);
   const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
+  if (probe && plan.cluster > 1)
+    print_probe(s, plan, call, [&](long long* pb) { sparse_decode_probe(args(0), plan, ws.get(), pb, s); }, kind);
   std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d | %8.2f us "
               "(min %.2f max %.2f) | %8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
               kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()), st.med,
@@ -257,12 +295,12 @@ int main() {
   for (int b : {8, 16})
     for (int cl : {1, 4, 8, 16}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, kHeads, cl);
   for (int mc : {16, 32, 64}) attention_case(s, pool, peak, "CSA", 1, 128, 512, false, mc);
-  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false);
-  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, 32);
+  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, kHeads, 0, 0, true);
+  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, 32, 0, 0, b == 1);
   for (int b : {8, 64}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, kHeads, 1);
   for (int ctx : {8192, 65536, 1 << 20})
-    for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true);
-  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "SWA", b, 128, 0, false);
+    for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true, 16, kHeads, 0, 0, b == 1 && ctx == 8192);
+  for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, kHeads, 0, 0, b == 1);
   for (int b : {1, 8}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, 32);
   std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
   for (int ctx : {8192, 131072, 1 << 20})

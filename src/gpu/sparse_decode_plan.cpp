@@ -37,6 +37,8 @@ SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int n
   p.rows = rows;
   p.heads = heads;
   p.min_chunk = min_chunk;
+  p.max_main = max_main;
+  p.max_extra = max_extra;
   p.max_cands = max_main + max_extra;
   const int by_len = std::max(1, (p.max_cands + min_chunk - 1) / min_chunk);
   const int by_sms = std::max(1, (num_sms + split_rows - 1) / split_rows);
@@ -50,7 +52,11 @@ SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int n
     p.splits = splits;  // long lists: global partials and the merge kernel
     p.cluster = 1;
   }
-  int chunk = ((p.max_cands + p.splits - 1) / p.splits + 15) / 16 * 16;
+  // In-cluster merge: chunks of 8 (e.g. CSA B=1: 640 / 16 = 40, not 48 per CTA); the merge
+  // kernel keeps 16 (and whole 64-candidate tiles above 64).
+  p.chunk_align = p.cluster > 1 ? 8 : 16;
+  const int align = p.chunk_align;
+  int chunk = ((p.max_cands + p.splits - 1) / p.splits + align - 1) / align * align;
   if (p.cluster == 1 && chunk > kSplitTile) chunk = (chunk + kSplitTile - 1) / kSplitTile * kSplitTile;  // row_chunk
   p.chunk = std::max(chunk, min_chunk);
   // Head groups (cluster merge only): 4 or 2 when the CTAs fit in one wave (and, for the

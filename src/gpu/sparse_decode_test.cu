@@ -180,8 +180,8 @@ TEST(Sm90SparseDecodePlan, ClusterSplitsAndHeadGroups) {
     bool workspace;
   };
   const Want cases[] = {
-      {1, 128, 512, 16, 64, 16, 0, 16, 16, 4, 1, 48, false},    // B=1 CSA: 64 CTAs
-      {1, 128, 512, 16, 32, 16, 0, 16, 16, 2, 1, 48, false},    // TP2 half the heads
+      {1, 128, 512, 16, 64, 16, 0, 16, 16, 4, 1, 40, false},    // B=1 CSA: 64 CTAs of 40 (8-aligned)
+      {1, 128, 512, 16, 32, 16, 0, 16, 16, 2, 1, 40, false},    // TP2 half the heads
       {1, 128, 0, 16, 64, 8, 0, 8, 8, 4, 1, 16, false},         // SWA
       {8, 128, 512, 16, 64, 8, 0, 8, 8, 2, 2, 80, false},       // 8 × 8 × 2 = 128 CTAs
       {64, 128, 512, 16, 64, 2, 0, 2, 2, 1, 4, 320, false},     // 2·2 ≥ 3 splits: cluster 2
@@ -340,6 +340,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"csa_b1_merge_kernel", 1, 128, 512, false, 0.0, 16, kHeads, 1},
                       AttnCase{"mixed_len_merge_kernel", 5, 128, 512, true, 0.1, 16, 32, 1},
                       AttnCase{"hca_2048_b1_cluster16", 1, 128, 1920, true, 0.0, 16, kHeads, 16},
+                      AttnCase{"cands384_b5_cluster4", 5, 128, 256, true, 0.1, 16, kHeads, 4, 1},
                       // Head groups: explicit 1 (one CTA for all heads), 2 and 4 (uneven:
                       // 20 heads = 2 tiles, 40 heads = 3 tiles), with one split and clusters.
                       AttnCase{"csa_b1_cluster16_groups1", 1, 128, 512, false, 0.0, 16, kHeads, 16, 1},

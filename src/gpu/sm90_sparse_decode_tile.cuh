@@ -1,0 +1,241 @@
+// Per-tile building blocks of the sm_90a sparse decode attention (design: the header of
+// sm90_sparse_decode.cu): the row's list and its entry addresses, the cp.async gather and the
+// FP8 dequantization of a 64-candidate tile, the QK work units, the split chunk.
+// Part of sm90_sparse_decode.cu's translation unit: included once, inside its anonymous
+// namespace, after its constants and Smem (not a standalone header).
+#pragma once
+
+// The row's list: lengths and pool bases (per-row buffers in decode mode).
+struct RowList {
+  int main_len, total, first;
+  const uint8_t* main_base;
+  const uint8_t* extra_base;
+};
+
+__device__ __forceinline__ RowList row_list(const SparseDecodeArgs& a, int r) {
+  RowList l;
+  const int pos = a.pos != nullptr ? a.pos[r] : 0;
+  l.main_len = a.main_idx != nullptr ? a.main_len[r] : min(pos + 1, a.win);
+  l.first = max(0, pos - a.win + 1);
+  int extra = 0;
+  if (a.extra_idx != nullptr)
+    extra = a.extra_len[r];
+  else if (a.extra_ratio > 0)
+    extra = (pos + 1) / a.extra_ratio;
+  l.total = l.main_len + extra;
+  l.main_base = a.caches != nullptr ? a.caches[r].window : a.main_pool.base;
+  l.extra_base = a.caches != nullptr ? a.caches[r].comp.cache : a.extra_pool.base;
+  return l;
+}
+
+// Resolves list position j of row r to the entry's data/scale addresses (nullptr: invalid).
+// use_pre: `pre` is the explicit list's id at j, loaded earlier (spec_list_id).
+__device__ __forceinline__ void resolve(const SparseDecodeArgs& a, const RowList& rl, int r, int j,
+                                        const uint8_t*& data, const uint8_t*& sc, bool use_pre = false,
+                                        int32_t pre = -1) {
+  data = nullptr;
+  sc = nullptr;
+  if (j >= rl.total) return;
+  const KvPool* pool;
+  const uint8_t* base;
+  int32_t id;
+  if (j < rl.main_len) {
+    pool = &a.main_pool;
+    base = rl.main_base;
+    id = a.main_idx != nullptr     ? (use_pre ? pre : a.main_idx[int64_t(r) * a.main_stride + j])
+         : a.window_origin >= 0 ? rl.first + j - a.window_origin
+                                : (rl.first + j) % a.win;
+  } else {
+    pool = &a.extra_pool;
+    base = rl.extra_base;
+    const int c = j - rl.main_len;
+    id = a.extra_idx == nullptr ? c : use_pre ? pre : a.extra_idx[int64_t(r) * a.extra_stride + c];
+  }
+  if (id < 0) return;
+  data = base + kv_data_offset(*pool, id);
+  sc = base + kv_scale_offset(*pool, id);
+}
+
+// Speculative id load (before the row's lengths are known): the explicit list's id at list
+// position j of row r, assuming main_len == spec_main (in range of the row's index buffers;
+// the value is used only when the row's lengths turn out to be the plan's bounds).
+__device__ __forceinline__ int32_t spec_list_id(const SparseDecodeArgs& a, int r, int j, int spec_main) {
+  if (j < spec_main)
+    return a.main_idx != nullptr && j < a.main_stride ? a.main_idx[int64_t(r) * a.main_stride + j] : -1;
+  const int c = j - spec_main;
+  return a.extra_idx != nullptr && c < a.extra_stride ? a.extra_idx[int64_t(r) * a.extra_stride + c] : -1;
+}
+
+// Resolves tile candidates [j0, j0+64) (threads < 64), then issues their cp.async copies.
+// use_pre: `pre` is thread t's id of position j0 + t, loaded earlier (spec_list_id).
+__device__ void gather_tile(Smem& sm, const SparseDecodeArgs& a, const RowList& rl, int r, int j0,
+                            int count, bool use_pre = false, int32_t pre = -1) {
+  const int t = threadIdx.x;
+  if (t < kTile) {
+    const uint8_t *d, *s;
+    resolve(a, rl, r, t < count ? j0 + t : rl.total, d, s, use_pre, pre);
+    sm.src_data[t] = d;
+    sm.src_scale[t] = s;
+  }
+  __syncthreads();
+  for (int i = t; i < count * kChunks; i += kThreads) {
+    const int c = i / kChunks, ch = i - c * kChunks;
+    const uint8_t* src = sm.src_data[c];
+    if (src != nullptr) cp_async16(sm.raw + c * kEntryData + ch * 16, src + ch * 16);
+  }
+  if (t < count && sm.src_scale[t] != nullptr)
+    cp_async8(sm.raw_scales + t * kEntryScales, sm.src_scale[t]);
+  cp_async_commit();
+}
+
+// Q → smem: heads [0, H) of the group (bf16 via cp.async, or fp32 converted), rows up to the
+// 16-head tile boundary zero-padded. The cp.async copies join the next committed group.
+__device__ __forceinline__ void load_q(Smem& sm, const SparseDecodeArgs& a, int64_t q_off, int H,
+                                       int head_tiles) {
+  const int tid = threadIdx.x;
+  if (a.q_f32 == nullptr) {
+    for (int i = tid; i < H * kHeadDim / 8; i += kThreads) {  // all in flight at once
+      const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+      cp_async16(sm.q + h * kQS + c * 8, a.q + q_off + h * kHeadDim + c * 8);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = tid; i < H * kHeadDim / 8; i += kThreads) {
+      const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+      const float4* src = reinterpret_cast<const float4*>(a.q_f32 + q_off + h * kHeadDim + c * 8);
+      const float4 x = src[0], y = src[1];
+      *reinterpret_cast<uint4*>(sm.q + h * kQS + c * 8) =
+          make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w), pack_bf16x2(y.x, y.y),
+                     pack_bf16x2(y.z, y.w));
+    }
+  }
+  for (int i = H * kHeadDim / 8 + tid; i < head_tiles * 16 * kHeadDim / 8; i += kThreads) {
+    const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+    *reinterpret_cast<uint4*>(sm.q + h * kQS + c * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Per-phase probe (bench-only instantiation kProbe): thread 0 stamps clock64 into slot i.
+__device__ __forceinline__ long long globaltimer_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+template <bool kProbe>
+__device__ __forceinline__ void probe_mark(Smem& sm, int i) {
+  if constexpr (kProbe)
+    if (threadIdx.x == 0) {
+      sm.stamp[i] = clock64();
+      if (i == 0) sm.stamp[13] = globaltimer_ns();
+    }
+}
+
+// raw → Ks for candidates [0, round_up(count, 16)); invalid or padding rows become zeros.
+__device__ void dequant_tile(Smem& sm, int count) {
+  const int padded = (count + 15) & ~15;
+  if (threadIdx.x < kTile)
+    sm.valid[threadIdx.x] = threadIdx.x < count && sm.src_data[threadIdx.x] != nullptr;
+  for (int i = threadIdx.x; i < padded * kChunks; i += kThreads) {
+    const int c = i / kChunks, ch = i - c * kChunks;
+    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+    const bool valid = c < count && sm.src_data[c] != nullptr;
+    __nv_bfloat16* dst = sm.k + c * kQS;
+    if (ch < 28) {  // 16 fp8 codes of tile ch/4
+      if (valid) {
+        const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
+        const float scale = e8m0_to_float(sm.raw_scales[c * kEntryScales + ch / 4]);
+        const uint2 a = dequant_e4m3x4(v.x, scale), b = dequant_e4m3x4(v.y, scale);
+        const uint2 e = dequant_e4m3x4(v.z, scale), f = dequant_e4m3x4(v.w, scale);
+        lo = make_uint4(a.x, a.y, b.x, b.y);
+        hi = make_uint4(e.x, e.y, f.x, f.y);
+      }
+      *reinterpret_cast<uint4*>(dst + ch * 16) = lo;
+      *reinterpret_cast<uint4*>(dst + ch * 16 + 8) = hi;
+    } else {  // 8 bf16 rope dims
+      if (valid) lo = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
+      *reinterpret_cast<uint4*>(dst + kNopeDim + (ch - 28) * 8) = lo;
+    }
+  }
+}
+
+// The QK dot of a (head, candidate) is two fp32 chains over the k halves [0, 256) and
+// [256, 512) (16 mma k-steps each, k ascending), added as half0 + half1, then scaled — the same
+// bits whichever warp computes it, so head groups only move the arithmetic. K parts per work
+// unit: 2 (a unit computes one half; the softmax adds them) in the kernels for CTAs of ≤ 2 head
+// tiles (NT 4, 8), else 1.
+template <int NT>
+constexpr int kQkParts = NT == 16 ? 1 : 2;
+
+// One unit: 16 heads of tile mt × 8·NN candidates from c0 × k halves [hf, hf + HALVES); stores
+// the unscaled sum of its halves to Ss rows row0 + head.
+template <int NN, int HALVES>
+__device__ __forceinline__ void qk_unit(Smem& sm, int mt, int c0, int hf, int row0) {
+  const int lane = threadIdx.x & 31;
+  float acc[HALVES][NN][4] = {};
+  const __nv_bfloat16* qa = sm.q + (mt * 16 + (lane & 15)) * kQS + (lane >> 4) * 8 + hf * 256;
+  if constexpr (NN == 2) {  // B: 16 candidates × k16 per ldmatrix_x4
+    const __nv_bfloat16* kb =
+        sm.k + (c0 + (lane & 7) + ((lane >> 4) << 3)) * kQS + ((lane >> 3) & 1) * 8 + hf * 256;
+#pragma unroll 4
+    for (int k0 = 0; k0 < 256; k0 += 16) {
+#pragma unroll
+      for (int half = 0; half < HALVES; ++half) {
+        uint32_t af[4], bf[4];
+        ldmatrix_x4(af, qa + half * 256 + k0);
+        ldmatrix_x4(bf, kb + half * 256 + k0);
+        mma_bf16(acc[half][0], af, bf[0], bf[1]);
+        mma_bf16(acc[half][1], af, bf[2], bf[3]);
+      }
+    }
+  } else {  // B: 8 candidates × k32 (two k-steps) per ldmatrix_x4
+    const __nv_bfloat16* kb = sm.k + (c0 + (lane & 7)) * kQS + (lane >> 3) * 8 + hf * 256;
+#pragma unroll 4
+    for (int k0 = 0; k0 < 256; k0 += 32) {
+      uint32_t a0[4], a1[4], bf[4];
+      ldmatrix_x4(a0, qa + k0);
+      ldmatrix_x4(a1, qa + k0 + 16);
+      ldmatrix_x4(bf, kb + k0);
+      mma_bf16(acc[0][0], a0, bf[0], bf[1]);
+      mma_bf16(acc[0][0], a1, bf[2], bf[3]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NN; ++nt) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = HALVES == 2 ? acc[0][nt][e] + acc[HALVES - 1][nt][e] : acc[0][nt][e];
+    const int row = row0 + (lane >> 2), col = c0 + nt * 8 + (lane & 3) * 2;
+    *reinterpret_cast<float2*>(sm.s + row * kSS + col) = make_float2(v[0], v[1]);
+    *reinterpret_cast<float2*>(sm.s + (row + 8) * kSS + col) = make_float2(v[2], v[3]);
+  }
+}
+
+// S partials of the tile, one unit per warp; consecutive warps (→ the four SM sub-partitions)
+// take different units. Units past `count` are skipped. Two parts: Ss rows kq·16·head_tiles + head.
+//   NT 16:        (tile w % tiles, 16 candidates w / tiles, both halves);
+//   2 tiles (NT 8): (half w % 2, tile w / 2 % 2, 16 candidates w / 4);
+//   1 tile (NT 4, 8): (half w % 2, 8 candidates w / 2).
+template <int NT>
+__device__ __forceinline__ void qk_tile(Smem& sm, int head_tiles, int count) {
+  const int warp = threadIdx.x >> 5;
+  if constexpr (NT == 16) {
+    const int mt = warp % head_tiles, cg = warp / head_tiles;
+    if (cg < kTile / 16 && cg * 16 < count) qk_unit<2, 2>(sm, mt, cg * 16, 0, mt * 16);
+  } else if (NT == 4 || head_tiles == 1) {
+    const int kq = warp & 1, c0 = (warp >> 1) * 8;
+    if (c0 < count) qk_unit<1, 1>(sm, 0, c0, kq, kq * 16);
+  } else {
+    const int kq = warp & 1, mt = (warp >> 1) & 1, c0 = (warp >> 2) * 16;
+    if (c0 < count) qk_unit<2, 1>(sm, mt, c0, kq, kq * 32 + mt * 16);
+  }
+}
+
+// Candidates per split of a row with `total` candidates (SparseDecodePlan): a multiple of 8
+// with the in-cluster merge (plan.chunk_align), of 16 (64 above 64) with the merge kernel.
+__device__ __forceinline__ int row_chunk(int total, int splits, int min_chunk, bool cluster_merge) {
+  const int a = cluster_merge ? 8 : 16;
+  int chunk = ((total + splits - 1) / splits + a - 1) & -a;
+  if (!cluster_merge && chunk > kTile) chunk = (chunk + kTile - 1) & ~(kTile - 1);
+  return max(chunk, min_chunk);
+}
+
