@@ -107,13 +107,15 @@ __global__ void state_kernel(const __grid_constant__ StepArgs a) {
 
 // Block per entry, h threads (h ≤ 1024, a power of two for the indexer's Hadamard).
 __global__ void finish_kernel(float* rows, int64_t first, int h, const float* __restrict__ norm,
-                              float eps, int r, const float* __restrict__ table, int pairs, uint8_t* cache) {
+                              float eps, int r, const float* __restrict__ table, int pairs, uint8_t* cache,
+                              uint16_t* keys) {
   __shared__ double red[32];
   extern __shared__ double buf[];
   const int64_t entry = first + blockIdx.x;
   float* e = rows + int64_t(blockIdx.x) * h;
   detail::compressor_finish_entry(e, entry, h, norm, eps, r, table, pairs, cache == nullptr, red, buf);
   if (cache != nullptr) detail::compressor_store_entry(e, entry, cache);
+  if (keys != nullptr) detail::compressor_store_index_key(e, entry, h, keys);
 }
 
 __global__ void reset_kernel(float* kv, float* sc, int64_t count) {
@@ -152,7 +154,17 @@ void compressor_finish(float* rows, int64_t first, int64_t count, int h, const f
   prof::Launch pl(indexer ? "compressor_finish (indexer)" : "compressor_finish",
                   double(count) * (indexer ? h * 8 : h * 8 + kKvEntryBytes), s);
   finish_kernel<<<static_cast<unsigned>(count), h, h * sizeof(double), s>>>(rows, first, h, norm, eps, ratio,
-                                                                            rope_table, pairs, cache);
+                                                                            rope_table, pairs, cache, nullptr);
+  CUDA_CHECK_LAUNCH();
+}
+
+void compressor_finish_index_keys(float* rows, int64_t first, int64_t count, int h, const float* norm, float eps,
+                                  int ratio, const float* rope_table, int pairs, uint16_t* keys, cudaStream_t s) {
+  DSV4_CHECK(h % 64 == 0 && h <= 1024 && (h & (h - 1)) == 0, "indexer compressor head dim ", h);
+  if (count == 0) return;
+  prof::Launch pl("compressor_finish (indexer)", double(count) * h * 10, s);
+  finish_kernel<<<static_cast<unsigned>(count), h, h * sizeof(double), s>>>(rows, first, h, norm, eps, ratio,
+                                                                            rope_table, pairs, nullptr, keys);
   CUDA_CHECK_LAUNCH();
 }
 

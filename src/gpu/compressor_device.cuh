@@ -128,4 +128,12 @@ __device__ __forceinline__ void compressor_store_entry(const float* e, int64_t e
                          int(threadIdx.x));
 }
 
+// After compressor_finish_entry (indexer): thread k stores channel k of the finished row e as
+// bf16 bits into keys[entry·h + k] (exact: the row is FP4-simulated). Block-wide.
+__device__ __forceinline__ void compressor_store_index_key(const float* e, int64_t entry, int h, uint16_t* keys) {
+  __syncthreads();  // every thread's part of the finished row is written
+  const int k = threadIdx.x;
+  keys[entry * h + k] = uint16_t(__float_as_uint(e[k]) >> 16);
+}
+
 }  // namespace dsv4::gpu::detail

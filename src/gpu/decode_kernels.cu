@@ -44,8 +44,8 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
 }
 
 // Block per row, h threads (thread = channel): the step, then (block-uniform) the finish of
-// the emitted entry — in place in the indexer's fp32 keys, or (attention) in a shared fp32
-// row that is then encoded into the FP8 cache. Dynamic smem: h doubles, then h floats.
+// the emitted entry in a shared fp32 row that is then stored as the indexer's bf16 key or
+// (attention) encoded into the FP8 cache. Dynamic smem: h doubles, then h floats.
 __global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a, const int32_t* __restrict__ positions,
                                   const DecodeLayerCache* __restrict__ caches) {
   pdl_wait();
@@ -57,13 +57,16 @@ __global__ void compressor_kernel(const __grid_constant__ DecodeCompressorArgs a
   const int width = a.overlap ? 2 * a.h : a.h;
   const int64_t pos = positions[row];
   const int64_t entry = pos / a.ratio;
-  float* e = a.indexer ? c.keys + entry * a.h : reinterpret_cast<float*>(buf + a.h);
+  float* e = reinterpret_cast<float*>(buf + a.h);
   const bool emitted = detail::compressor_token(a.kv + row * width, a.score + row * width, a.ape, pos, a.ratio, a.h,
                                                 a.overlap, int(threadIdx.x), c.state_kv, c.state_score, e);
   if (!emitted) return;  // same for every thread of the row
   __syncthreads();       // every channel of the raw entry is written
   detail::compressor_finish_entry(e, entry, a.h, a.norm, a.eps, a.ratio, a.rope_table, a.pairs, a.indexer, red, buf);
-  if (!a.indexer) detail::compressor_store_entry(e, entry, c.cache);
+  if (a.indexer)
+    detail::compressor_store_index_key(e, entry, a.h, c.keys);
+  else
+    detail::compressor_store_entry(e, entry, c.cache);
 }
 
 // grid (x-blocks, rows); warps stride over the row's visible keys.
@@ -74,7 +77,7 @@ __global__ void index_scores_kernel(const float* __restrict__ q, const float* __
   pdl_trigger();
   const int64_t row = blockIdx.y;
   const int64_t visible = (int64_t(positions[row]) + 1) / ratio;
-  const float* keys = caches[row].index.keys;
+  const uint16_t* keys = caches[row].index.keys;
   const int lane = threadIdx.x & 31;
   const int64_t step = int64_t(gridDim.x) * kIndexWarps;
   for (int64_t w = int64_t(blockIdx.x) * kIndexWarps + (threadIdx.x >> 5); w < visible; w += step) {
@@ -159,7 +162,7 @@ void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_
   // the state, the finish) depend on device positions and are not counted.
   prof::Launch pl(a.indexer ? "decode_compressor (indexer)" : "decode_compressor", double(rows) * width * 16, s,
                   [&] { return "rows=" + std::to_string(rows) + " ratio=" + std::to_string(a.ratio); });
-  const size_t smem = a.h * sizeof(double) + (a.indexer ? 0 : a.h * sizeof(float));
+  const size_t smem = a.h * (sizeof(double) + sizeof(float));
   launch_pdl(compressor_kernel, static_cast<unsigned>(rows), a.h, smem, s, a, pos, caches);
 }
 
@@ -168,11 +171,12 @@ void decode_index_topk(const float* q, const float* weights, int64_t rows, const
                        float* scores, int64_t score_stride, int k, int32_t* sel, int32_t* count, cudaStream_t s) {
   DSV4_CHECK(score_stride >= max_visible, "indexer score stride ", score_stride, " < ", max_visible);
   DSV4_CHECK(rows <= 65535, "too many indexer rows: ", rows);
+  DSV4_CHECK(dh <= 256, "indexer head dim ", dh);
   if (rows == 0) return;
   if (max_visible > 0) {
     const int64_t bx = std::min<int64_t>(kMaxIndexBlocksPerRow, (max_visible + kIndexWarps - 1) / kIndexWarps);
     prof::Launch pl("decode_index_scores",
-                    double(rows) * (heads * (dh + 1) * 4.0 + double(max_visible) * (dh + 1) * 4.0), s,
+                    double(rows) * (heads * (dh + 1) * 4.0 + double(max_visible) * (dh * 2 + 4.0)), s,
                     [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
     launch_pdl(index_scores_kernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows)), kIndexWarps * 32, 0,
                s, q, weights, pos, caches, ratio, heads, dh, scores, score_stride);
@@ -261,8 +265,8 @@ void decode_index(DecodeAttnPath path, const float* q, const float* weights, int
   a.k = k;
   a.topk = sel;
   a.count = count;
-  // Bytes: the keys read as fp32 (an upper bound: rows past their own length read less).
-  prof::Launch pl("sm90_index_topk", double(rows) * (double(max_visible) * dh * 4 + heads * (dh + 1) * 4.0), s,
+  // Bytes: the keys read as bf16 (an upper bound: rows past their own length read less).
+  prof::Launch pl("sm90_index_topk", double(rows) * (double(max_visible) * dh * 2 + heads * (dh + 1) * 4.0), s,
                   [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
   sm90::indexer_topk(a, ws, s);
 }

@@ -21,7 +21,7 @@ namespace dsv4::gpu {
 struct DecodeCompressorCache {
   float* state_kv = nullptr;     // [slots, width]
   float* state_score = nullptr;  // [slots, width]
-  float* keys = nullptr;         // indexer: [max_len / ratio, h] fp32 keys
+  uint16_t* keys = nullptr;      // indexer: [max_len / ratio, h] keys, bf16 bits (exact)
   uint8_t* cache = nullptr;      // attention: max_len / ratio entries, FP8 cache (kv_fp8.h)
 };
 

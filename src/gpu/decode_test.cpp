@@ -48,6 +48,18 @@ std::vector<float> random_values(size_t n, float std, uint64_t seed, float mean 
   return v;
 }
 
+// The bf16 bit patterns of random_values (exact).
+std::vector<uint16_t> random_bf16(size_t n, float std, uint64_t seed) {
+  const std::vector<float> v = random_values(n, std, seed);
+  std::vector<uint16_t> b(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], 4);
+    b[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  return b;
+}
+
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
@@ -142,8 +154,9 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   const auto ape = to_device(random_values(cc.ratio * width, 0.5f, 12));
   const auto norm = to_device(random_values(cc.h, 0.1f, 13, 1.0f));
   const auto table = to_device(random_values(max_len * pairs * 2, 1.0f, 14));
-  // Entries: fp32 indexer keys (ent), or the attention compressor's FP8 cache (kvc).
-  std::vector<DeviceBuffer<float>> st_kv, st_sc, ent, ref_kv, ref_sc, ref_ent;
+  // Entries: bf16 indexer keys (ent), or the attention compressor's FP8 cache (kvc).
+  std::vector<DeviceBuffer<float>> st_kv, st_sc, ref_kv, ref_sc;
+  std::vector<DeviceBuffer<uint16_t>> ent, ref_ent;
   std::vector<DeviceBuffer<uint8_t>> kvc, ref_kvc;
   std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
   int emitted = 0;
@@ -155,7 +168,7 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
     ref_sc.push_back(to_device(s0));
     DecodeCompressorCache c{.state_kv = st_kv.back().get(), .state_score = st_sc.back().get()};
     if (cc.indexer) {
-      const auto e0 = random_values(entries * cc.h, 1.0f, 300 + b);
+      const auto e0 = random_bf16(entries * cc.h, 1.0f, 300 + b);
       ent.push_back(to_device(e0));
       ref_ent.push_back(to_device(e0));
       c.keys = ent.back().get();
@@ -177,15 +190,19 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
   a.kv = kv.get();
   a.score = score.get();
   decode_compressor(a, B, pos_dev.get(), caches.get(), nullptr);
-  DeviceBuffer<float> staging(static_cast<size_t>(cc.h));  // the attention compressor's raw entry
+  DeviceBuffer<float> staging(static_cast<size_t>(cc.h));  // the raw entry
   for (int64_t b = 0; b < B; ++b) {
     const int64_t p = cc.pos[b];
     const int64_t first = p / cc.ratio, total = (p + 1) / cc.ratio;
-    float* rows = cc.indexer ? ref_ent[b].get() + first * cc.h : staging.get();
+    float* rows = staging.get();
     compressor_step(kv.get() + b * width, score.get() + b * width, ape.get(), 1, p, cc.ratio, cc.h, cc.overlap,
                     ref_kv[b].get(), ref_sc[b].get(), rows, nullptr);
-    compressor_finish(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
-                      cc.indexer ? nullptr : ref_kvc[b].get(), nullptr);
+    if (cc.indexer)
+      compressor_finish_index_keys(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
+                                   ref_ent[b].get(), nullptr);
+    else
+      compressor_finish(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
+                        ref_kvc[b].get(), nullptr);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   for (int64_t b = 0; b < B; ++b) {
@@ -221,28 +238,32 @@ TEST_P(DecodeCompressorTest, ChunkedStepMatchesTokenByToken) {
   const auto table = to_device(random_values(N * pairs * 2, 1.0f, 24));
   const auto k0 = random_values(slots * width, 1.0f, 25), s0 = random_values(slots * width, 1.0f, 26);
   auto st_kv = to_device(k0), st_sc = to_device(s0), ref_kv = to_device(k0), ref_sc = to_device(s0);
-  DeviceBuffer<float> keys, ref_keys, raw;
+  DeviceBuffer<uint16_t> keys, ref_keys;
   DeviceBuffer<uint8_t> cache, ref_cache;
+  auto raw = to_device(std::vector<float>(static_cast<size_t>(entries * cc.h)));
   if (cc.indexer) {
-    const auto e0 = random_values(entries * cc.h, 1.0f, 27);
+    const auto e0 = random_bf16(entries * cc.h, 1.0f, 27);
     keys = to_device(e0);
     ref_keys = to_device(e0);
   } else {
     const auto e0 = random_bytes(kv_cache_bytes(entries), 27);
     cache = to_device(e0);
     ref_cache = to_device(e0);
-    raw = to_device(std::vector<float>(static_cast<size_t>(entries * cc.h)));
   }
   // Chunked: as GpuModel::compress (step, then finish of the entries the call emitted).
   const std::vector<int64_t> cuts = {0, 5, 6, 133, 134, 300, N};
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const int64_t start = cuts[i], n = cuts[i + 1] - start;
     const int64_t first = start / cc.ratio, total = (start + n) / cc.ratio;
-    float* rows = cc.indexer ? keys.get() + first * cc.h : raw.get();
+    float* rows = raw.get();
     compressor_step(kv.get() + start * width, score.get() + start * width, ape.get(), n, start, cc.ratio, cc.h,
                     cc.overlap, st_kv.get(), st_sc.get(), rows, nullptr);
-    compressor_finish(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
-                      cc.indexer ? nullptr : cache.get(), nullptr);
+    if (cc.indexer)
+      compressor_finish_index_keys(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
+                                   keys.get(), nullptr);
+    else
+      compressor_finish(rows, first, total - first, cc.h, norm.get(), eps, cc.ratio, table.get(), pairs,
+                        cache.get(), nullptr);
   }
   // Token by token on the decode kernel.
   DecodeCompressorCache c{.state_kv = ref_kv.get(), .state_score = ref_sc.get()};
@@ -282,10 +303,10 @@ TEST(DecodeKernels, IndexTopkMatchesPerRow) {
     const int64_t B = static_cast<int64_t>(pos.size());
     const auto q = to_device(random_values(B * heads * dh, 1.0f, 20 + k));
     const auto w = to_device(random_values(B * heads, 0.3f, 21 + k));
-    std::vector<DeviceBuffer<float>> keys;
+    std::vector<DeviceBuffer<uint16_t>> keys;
     std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
-      keys.push_back(to_device(random_values(entries * dh, 0.2f, 400 + b + k)));
+      keys.push_back(to_device(random_bf16(entries * dh, 0.2f, 400 + b + k)));
       table_host[b].index.keys = keys.back().get();
     }
     const auto caches = to_device(table_host);
@@ -484,7 +505,7 @@ void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, in
   // The sequences' device state after the steps, too: windows, compressor states and the
   // written entries (the rest of an entry buffer is uninitialized memory), byte for byte.
   const auto& cfg = m.config();
-  auto prefix = [](const DeviceBuffer<float>& buf, int64_t count) {
+  auto prefix = [](const auto& buf, int64_t count) {
     auto v = buf.download();
     v.resize(static_cast<size_t>(count));
     return v;

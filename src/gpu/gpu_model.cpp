@@ -230,20 +230,25 @@ GpuSequenceState GpuModel::new_sequence_for(int64_t positions) const {
 }
 
 void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,
-                        int64_t start_pos, float* keys, uint8_t* cache) {
+                        int64_t start_pos, uint16_t* keys, uint8_t* cache) {
   Workspace& s = *active_ws_;
   const int64_t width = (w.overlap ? 2 : 1) * int64_t{w.head_dim}, D = config_.hidden_size;
   float* pkv = grow(s.cproj_kv, n * width);
   float* psc = grow(s.cproj_sc, n * width);
   dense_linear(x, n, D, w.wkv.w.get(), w.wkv.bf16, width, D, 0, false, 0.0f, pkv, stream_);
   dense_linear(x, n, D, w.wgate.w.get(), w.wgate.bf16, width, D, 0, false, 0.0f, psc, stream_);
-  // Raw entries first..total−1: finished in place in the indexer keys, or staged in fp32 and
-  // encoded into the FP8 cache by the finish.
+  // Raw entries first..total−1 staged in fp32, finished there and stored as the indexer's bf16
+  // keys or encoded into the FP8 cache.
   const int64_t first = start_pos / w.ratio, total = (start_pos + n) / w.ratio;
-  float* rows = keys != nullptr ? keys + first * w.head_dim : grow(s.craw, (total - first) * w.head_dim);
+  float* rows = grow(s.craw, std::max<int64_t>(1, total - first) * w.head_dim);
   compressor_step(pkv, psc, w.ape.get(), n, start_pos, w.ratio, w.head_dim, w.overlap, st_kv, st_score, rows, stream_);
-  compressor_finish(rows, first, total - first, w.head_dim, w.norm.get(), static_cast<float>(config_.rms_norm_eps),
-                    w.ratio, rope_compress_.get(), config_.qk_rope_head_dim / 2, cache, stream_);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (keys != nullptr)
+    compressor_finish_index_keys(rows, first, total - first, w.head_dim, w.norm.get(), eps, w.ratio,
+                                 rope_compress_.get(), config_.qk_rope_head_dim / 2, keys, stream_);
+  else
+    compressor_finish(rows, first, total - first, w.head_dim, w.norm.get(), eps, w.ratio, rope_compress_.get(),
+                      config_.qk_rope_head_dim / 2, cache, stream_);
 }
 
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos,

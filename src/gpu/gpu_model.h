@@ -58,7 +58,7 @@ struct GpuModelOptions {
 struct GpuLayerCache {
   DeviceBuffer<uint8_t> window;      // sliding_window entries (ring slot p % sliding_window)
   DeviceBuffer<uint8_t> compressed;  // max(1, max_seq_len / ratio) entries
-  DeviceBuffer<float> index_keys;    // [max_seq_len / ratio, index_head_dim]
+  DeviceBuffer<uint16_t> index_keys;  // [max_seq_len / ratio, index_head_dim] bf16 bits (exact)
   DeviceBuffer<float> comp_kv, comp_score;    // [slots, width]
   DeviceBuffer<float> index_kv, index_score;  // [slots, width]
 };
@@ -207,16 +207,16 @@ class GpuModel {
   // Indexer: iq [n, HI, dh], iw [n, HI] against the fp32 keys → sel [n, index_topk] (−1
   // padded) and cnt [n], as index_scores + index_topk (tolerance-equal).
   void prefill_index_sm90(const float* iq, const float* iw, int64_t n, int64_t start_pos, const int32_t* pos,
-                          int ratio, const float* keys, int32_t* sel, int32_t* cnt);
+                          int ratio, const uint16_t* keys, int32_t* sel, int32_t* cnt);
   // Attention as sparse_attention(a) (a.n rows at a.start_pos; tolerance-equal): the window
   // rows (ring entries before start_pos, then a.kv_new) are staged in a linear FP8 pool, the
   // compressed list is a.selected (CSA) or implicit (HCA). Reads the ring: call before the
   // ring update.
   void prefill_attend_sm90(const SparseAttnArgs& a, const int32_t* pos);
-  // Compressor over n tokens: the indexer's (keys != null: fp32 keys [entries, h]) or the
-  // attention's (cache != null: FP8 entries; raw entries staged in the workspace).
+  // Compressor over n tokens: the indexer's (keys != null: bf16 keys [entries, h]) or the
+  // attention's (cache != null: FP8 entries); raw entries staged in fp32 in the workspace.
   void compress(const CompressorW& w, float* st_kv, float* st_score, const float* x, int64_t n,
-                int64_t start_pos, float* keys, uint8_t* cache);
+                int64_t start_pos, uint16_t* keys, uint8_t* cache);
   void moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out);
   std::vector<float> head_logits(const float* streams_last, const HcW& hc_head, const float* norm);
   // LM head over `rows` rows of streams [rows, hc, D]; returns the device logits [rows, vocab]

@@ -72,7 +72,7 @@ void GpuModel::fill_for_benchmark(GpuSequenceState& state, int64_t length, uint6
         }
       }
       if (c.index_keys.size() > 0)
-        fill_random_f32(c.index_keys.get(), static_cast<int64_t>(c.index_keys.size()), 1.0f, 0.0f, ++k, nullptr);
+        fill_random_bf16(c.index_keys.get(), static_cast<int64_t>(c.index_keys.size()), 1.0f, 0.0f, ++k, nullptr);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     st.length = length;

@@ -152,7 +152,7 @@ void GpuModel::prefill_index_sm90(const float* iq,
                                   int64_t start_pos,
                                   const int32_t* pos,
                                   int ratio,
-                                  const float* keys,
+                                  const uint16_t* keys,
                                   int32_t* sel,
                                   int32_t* cnt) {
   Workspace& s = *active_ws_;
@@ -175,7 +175,7 @@ void GpuModel::prefill_index_sm90(const float* iq,
     ia.q_f32 = iq + t0 * HI * dh;
     ia.heads = HI;
     ia.weights = iw + t0 * HI;
-    ia.keys_f32 = keys;
+    ia.keys = reinterpret_cast<const __nv_bfloat16*>(keys);  // one pool: key_base null
     ia.pos = pos + t0;
     ia.ratio = ratio;
     ia.rows = static_cast<int>(rows);
@@ -183,11 +183,11 @@ void GpuModel::prefill_index_sm90(const float* iq,
     ia.k = k;
     ia.topk = sel + t0 * k;
     ia.count = cnt + t0;
-    // Bytes: every row's visible keys as fp32 (L2-resident after the first rows) and its q.
+    // Bytes: every row's visible keys as bf16 (L2-resident after the first rows) and its q.
     const double mean_visible = 0.5 * double((start_pos + t0) / ratio + max_visible);
     prof::Launch pl(
         "sm90_prefill_index_topk",
-        double(rows) * (mean_visible * dh * 4 + HI * (dh + 1) * 4.0),
+        double(rows) * (mean_visible * dh * 2 + HI * (dh + 1) * 4.0),
         stream_,
         [&] { return "rows=" + std::to_string(rows) + " keys<=" + std::to_string(max_visible); });
     sm90::indexer_topk(ia, ws, stream_);

@@ -6,7 +6,7 @@
 // (score greater, or equal with a lower id), so the result is the CPU's partial_sort order
 // with ties broken by the lower id; O(visible²) per token, fine for correctness.
 // Shapes: q [n, heads, dh]; weights [n, heads]; keys [entries, dh]; scores [n, stride];
-// sel [n, k]; count [n].
+// sel [n, k]; count [n]. Keys are bf16 bits (the FP4-simulated values, exact).
 #include "gpu/cuda_check.h"
 #include "gpu/indexer_device.cuh"
 #include "gpu/device_math.cuh"
@@ -19,7 +19,7 @@ namespace {
 constexpr int kWarps = 8;
 
 __global__ void scores_kernel(const float* __restrict__ q, const float* __restrict__ weights,
-                              const float* __restrict__ keys, int64_t start_pos, int ratio, int heads,
+                              const uint16_t* __restrict__ keys, int64_t start_pos, int ratio, int heads,
                               int dh, float* scores, int64_t stride) {
   const int64_t w = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   const int64_t t = blockIdx.y;
@@ -39,14 +39,15 @@ __global__ void topk_kernel(const float* __restrict__ scores, int64_t start_pos,
 
 }  // namespace
 
-void index_scores(const float* q, const float* weights, const float* keys, int64_t n,
+void index_scores(const float* q, const float* weights, const uint16_t* keys, int64_t n,
                   int64_t start_pos, int ratio, int heads, int dh, float* scores, int64_t stride,
                   cudaStream_t s) {
   const int64_t max_visible = (start_pos + n) / ratio;
   if (n == 0 || max_visible == 0) return;
   DSV4_CHECK(n <= 65535, "too many indexer query rows: ", n);
+  DSV4_CHECK(dh <= 256, "indexer head dim ", dh);
   dim3 grid(static_cast<unsigned>((max_visible + kWarps - 1) / kWarps), static_cast<unsigned>(n));
-  prof::Launch pl("index_scores", double(n) * heads * (dh + 1) * 4 + double(max_visible) * dh * 4 + double(n) * max_visible * 4, s,
+  prof::Launch pl("index_scores", double(n) * heads * (dh + 1) * 4 + double(max_visible) * dh * 2 + double(n) * max_visible * 4, s,
                   [&] { return "n=" + std::to_string(n) + " keys=" + std::to_string(max_visible); });
   scores_kernel<<<grid, kWarps * 32, 0, s>>>(q, weights, keys, start_pos, ratio, heads, dh, scores, stride);
   CUDA_CHECK_LAUNCH();

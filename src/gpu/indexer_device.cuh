@@ -1,6 +1,6 @@
 // Device-side pieces of the lightning indexer (spec §4.6) shared by indexer.cu (host start
 // positions) and decode_kernels.cu (per-row device positions): same arithmetic, same order.
-// Shapes: q_t [heads, dh]; weights_t [heads]; key [dh]; scores_t [visible]; sel_t [k].
+// Shapes: q_t [heads, dh]; weights_t [heads]; key [dh] (bf16 bits); scores_t [visible]; sel_t [k].
 #pragma once
 
 #include "gpu/device_math.cuh"
@@ -9,13 +9,21 @@ namespace dsv4::gpu::detail {
 
 // Score of one key for one query token, computed by a whole warp (valid in every lane): per
 // head a double dot over the head dims (warp reduction), then the bf16 relu/weight products
-// summed in head order.
-__device__ __forceinline__ float index_score_warp(const float* qt, const float* weights_t, const float* key, int heads,
-                                                  int dh, int lane) {
+// summed in head order. The key (bf16, the exact FP4-simulated values) is read once per lane.
+__device__ __forceinline__ float index_score_warp(const float* qt, const float* weights_t, const uint16_t* key,
+                                                  int heads, int dh, int lane) {
+  constexpr int kMaxPerLane = 8;  // dh ≤ 256
+  float kv[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) kv[i] = lane + 32 * i < dh ? bf16_bits_to_float(key[lane + 32 * i]) : 0.0f;
   float total = 0.0f;
   for (int h = 0; h < heads; ++h) {
     double dot = 0.0;
-    for (int k = lane; k < dh; k += 32) dot += double(qt[h * dh + k]) * double(key[k]);
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int k = lane + 32 * i;
+      if (k < dh) dot += double(qt[h * dh + k]) * double(kv[i]);
+    }
     dot = warp_sum(dot);
     const float sv = fmaxf(round_bf16(float(dot)), 0.0f);
     total += round_bf16(sv * weights_t[h]);

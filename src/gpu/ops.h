@@ -204,12 +204,17 @@ void compressor_step(const float* kv, const float* score, const float* ape, int6
 void compressor_finish(float* rows, int64_t first, int64_t count, int h, const float* norm,
                        float eps, int ratio, const float* rope_table, int pairs, uint8_t* cache,
                        cudaStream_t s);
+// compressor_finish of the indexer (cache == null) that also stores the finished rows, exact
+// (FP4-simulated), as bf16 bits into the indexer keys: row i → keys[(first + i)·h, +h).
+void compressor_finish_index_keys(float* rows, int64_t first, int64_t count, int h, const float* norm, float eps,
+                                  int ratio, const float* rope_table, int pairs, uint16_t* keys, cudaStream_t s);
 // Fills a fresh state (kv 0, score −inf).
 void compressor_reset(float* kv, float* score, int64_t count, cudaStream_t s);
 
 // ---- indexer.cu -----------------------------------------------------------------------
-// scores [n, stride]: for token t (position start_pos+t) and w < (pos+1)/ratio.
-void index_scores(const float* q, const float* weights, const float* keys, int64_t n,
+// scores [n, stride]: for token t (position start_pos+t) and w < (pos+1)/ratio. keys: bf16
+// bits [entries, dh].
+void index_scores(const float* q, const float* weights, const uint16_t* keys, int64_t n,
                   int64_t start_pos, int ratio, int heads, int dh, float* scores, int64_t stride,
                   cudaStream_t s);
 // Top-k ids by descending score, ties → lower id: sel [n, k], count [n].

@@ -6,14 +6,21 @@
 // Design. Kernel 1 (scores): grid (min(ceil(max_visible/256), floor(SMs/rows)), rows), 256
 // threads, one CTA per SM; a CTA loops over 256-key blocks (x, x + gridDim.x, ...), each warp
 // owning 32 keys of a block, with the next block's keys prefetched (cp.async, two smem stages)
-// while the current one is computed. The row's q (64 × 128 bf16) is staged in smem once per
-// CTA; the warp cp.asyncs its 32 keys (8 KB) into smem and computes the 32 keys × 64 heads dots with mma.sync m16n8k16
-// (A = keys, B = qᵀ, k = 128, fp32 accumulate; FP4-simulated operands make these sums exact
-// in practice). The per-head terms bf16(ω_h · relu(bf16(dot))) are summed in registers where
-// the MMA left them: each lane adds its 16 heads of a key in head order, then the lane quad
-// adds its 4 partials (a fixed tree; the CPU adds in head order: equal whenever the fp32 sum
-// is exact, which FP4-simulated operands make the rule — tested ≤ 0.1% keys differing), the
-// total is rounded to bf16 and stored as an order-preserving 16-bit key. The CTA also adds a 256-bin histogram of the keys' high bytes into a per-row global histogram.
+// while the current one is computed; a warp only reads its own key rows, so after the first
+// block the warps run decoupled (warp barriers only). The row's q (64 × 128 bf16) is staged in
+// smem once per CTA; the warp cp.asyncs its 32 keys (8 KB) into smem and computes the 32 keys × 64
+// heads dots with mma.sync m16n8k16 (A = keys, B = qᵀ, k = 128, fp32 accumulate;
+// FP4-simulated operands make these sums exact in practice). The per-head terms
+// bf16(ω_h · relu(bf16(dot))) are computed two heads at a time with bf16x2 instructions
+// (cvt.rn.relu, mul.rn: 3 instructions per term instead of ~15 for the software rounding) and
+// summed in registers where the MMA left them: each lane adds its 16 heads of a key in head
+// order, then the lane quad adds its 4 partials (a fixed tree; the CPU adds in head order:
+// equal whenever the fp32 sum is exact, which FP4-simulated operands make the rule — tested
+// ≤ 0.1% keys differing), the total is rounded to bf16 and stored as an order-preserving
+// 16-bit key. The CTA also adds a 256-bin histogram of the keys' high bytes into a per-row
+// global histogram. (Measured and dropped, docs/attention-decode.md round 3: a wgmma
+// m64n64k16 scan — 64 keys × 64 heads per warpgroup, both operands in smem, 1–4 warpgroups,
+// 3–8 stages — at 38–50% of HBM; 3 stages, and bulk L2 prefetches 2–4 blocks ahead: no gain.)
 // Kernel 2 (select): one CTA of 1024 threads per row. From the high-byte histogram it finds the
 // bin holding the k-th largest key (a block scan over the 256 bins, threshold_bin), a second
 // pass histograms the low bytes inside that bin, giving the exact threshold key T and the number of ties at T to take. A third pass, in id
@@ -21,7 +28,8 @@
 // ties (block-wide exclusive scan of per-thread tie counts), then a bitonic sort orders the
 // 512 picks by (score desc, id asc) = cpu::select_topk.
 // Both kernels are PDL-launched (pdl.cuh: they wait for their predecessor before any read).
-// Bytes: 256 B per key read once; scores 2 B written once and read three times (L2-resident;\n// each select thread scans a contiguous id range with 16-byte loads).
+// Bytes: 256 B per key read once; scores 2 B written once and read three times (L2-resident;
+// each select thread scans a contiguous id range with 16-byte loads).
 #include <algorithm>
 
 #include "base/check.h"
@@ -34,18 +42,8 @@
 namespace dsv4::gpu::sm90 {
 namespace {
 
-constexpr int kScoreThreads = 256;
-constexpr int kKeysPerWarp = 32;
-constexpr int kKeysPerCta = kScoreThreads / 32 * kKeysPerWarp;  // 256
-constexpr int kRowS = kIndexDim + 8;  // bf16 row stride (272 B: conflict-free ldmatrix)
 constexpr int kSelectThreads = 1024;
-
-struct ScoreSmem {
-  __nv_bfloat16 q[kIndexHeads * kRowS];
-  __nv_bfloat16 k[2][kKeysPerCta * kRowS];  // 2 stages; per warp 32 key rows
-  float w[kIndexHeads];
-  uint32_t hist[256];
-};
+constexpr int kRowS = kIndexDim + 8;  // bf16 smem row stride (272 B: conflict-free ldmatrix)
 
 size_t keys_bytes(int rows, int max_visible) {
   return (size_t(rows) * size_t(indexer_score_stride(max_visible)) * 2 + 255) / 256 * 256;
@@ -55,44 +53,73 @@ __device__ __forceinline__ int row_visible(const IndexerArgs& a, int r) {
   return a.visible != nullptr ? a.visible[r] : (a.pos[r] + 1) / a.ratio;
 }
 
-// The warp's 32 keys of block b (keys [256b + 32·warp, +32)) → its rows of `kw`; keys past
-// `visible` become zeros. bf16 pools: cp.async (the caller commits); fp32 pools: loaded,
-// converted and stored synchronously.
-__device__ __forceinline__ void load_warp_keys(const IndexerArgs& a, int r, int visible, int wk0,
-                                               __nv_bfloat16* kw, int lane) {
-  if (a.caches == nullptr && a.keys_f32 == nullptr) {
-    const __nv_bfloat16* kbase = a.keys + (a.key_base[r] + wk0) * kIndexDim;
-#pragma unroll
-    for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
-      const int key = i >> 4, c = i & 15;
-      if (wk0 + key < visible)
-        cp_async16(kw + key * kRowS + c * 8, kbase + key * kIndexDim + c * 8);
-      else
-        *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = make_uint4(0, 0, 0, 0);
-    }
-  } else {
-    const float* kbase = (a.caches != nullptr ? a.caches[r].index.keys : a.keys_f32) + int64_t(wk0) * kIndexDim;
-#pragma unroll 4
-    for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
-      const int key = i >> 4, c = i & 15;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (wk0 + key < visible) {
-        const float4* src = reinterpret_cast<const float4*>(kbase + key * kIndexDim + c * 8);
-        const float4 x = __ldg(src), y = __ldg(src + 1);
-        v = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w), pack_bf16x2(y.x, y.y),
-                       pack_bf16x2(y.z, y.w));
-      }
-      *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = v;
-    }
+// Row r's keys [0, visible) (bf16 [*, 128]).
+__device__ __forceinline__ const __nv_bfloat16* row_keys(const IndexerArgs& a, int r) {
+  if (a.caches != nullptr) return reinterpret_cast<const __nv_bfloat16*>(a.caches[r].index.keys);
+  return a.keys + (a.key_base != nullptr ? a.key_base[r] : int64_t{0}) * kIndexDim;
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {  // all but the newest N groups done
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Two heads' terms of one key, bf16(ω·relu(bf16(dot))) for dots d0 (head h) and d1 (head h+1)
+// with ω2 = bf16x2 {ω_h (low), ω_h+1 (high)}, as fp32 t0, t1: cvt.rn.relu then mul.rn.bf16x2
+// (ω·s is exact in fp32, so its one rounding equals round_bf16 of the fp32 product).
+__device__ __forceinline__ void head_terms(float d0, float d1, uint32_t w2, float& t0, float& t1) {
+  uint32_t s2, p2;
+  asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;\n" : "=r"(s2) : "f"(d1), "f"(d0));
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(p2) : "r"(s2), "r"(w2));
+  t0 = __uint_as_float(p2 << 16);
+  t1 = __uint_as_float(p2 & 0xffff0000u);
+}
+
+// Key w's score key from its head sum `total` (bf16-rounded here), stored with its count in
+// the CTA's histogram.
+__device__ __forceinline__ void store_score(float total, int w, int visible, int64_t out_row,
+                                            uint16_t* __restrict__ keys_out, uint32_t* hist) {
+  if (w < visible) {
+    const uint16_t key = score_key(uint16_t(__float_as_uint(round_bf16(total)) >> 16));
+    keys_out[out_row + w] = key;
+    atomicAdd(&hist[key >> 8], 1u);
   }
 }
 
-__device__ __forceinline__ void cp_async_wait_one() {  // all but the newest group done
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+// ---- Scan kernel ------------------------------------------------------------------------
+
+constexpr int kScoreThreads = 256;
+constexpr int kKeysPerWarp = 32;
+constexpr int kKeysPerCta = kScoreThreads / 32 * kKeysPerWarp;  // 256
+
+constexpr int kStages = 2;  // cp.async ring: one block computed while the next one loads
+
+struct ScoreSmem {
+  __nv_bfloat16 q[kIndexHeads * kRowS];
+  __nv_bfloat16 k[kStages][kKeysPerCta * kRowS];  // per warp 32 key rows of each stage
+  float w[kIndexHeads];
+  uint32_t hist[256];
+};
+
+// The warp's 32 keys from wk0 → its rows of `kw` (cp.async; the caller commits); keys past
+// `visible` become zeros.
+__device__ __forceinline__ void load_warp_keys(const __nv_bfloat16* kbase0, int visible, int wk0,
+                                               __nv_bfloat16* kw, int lane) {
+  const __nv_bfloat16* kbase = kbase0 + int64_t(wk0) * kIndexDim;
+#pragma unroll
+  for (int i = lane; i < kKeysPerWarp * 16; i += 32) {
+    const int key = i >> 4, c = i & 15;
+    if (wk0 + key < visible)
+      cp_async16(kw + key * kRowS + c * 8, kbase + key * kIndexDim + c * 8);
+    else
+      *reinterpret_cast<uint4*>(kw + key * kRowS + c * 8) = make_uint4(0, 0, 0, 0);
+  }
 }
 
-// Grid (CTAs per row, rows); CTA x of row r scores blocks x, x + gridDim.x, ... of 256 keys,
-// prefetching block i+1 into the other stage while block i is computed.
+// Grid (CTAs per row, rows); CTA x of row r scores blocks x, x + gridDim.x, ... of 256 keys
+// with kStages − 1 blocks in flight (cp.async ring, one commit group per block). A warp reads
+// only its own key rows (and the shared q), so after the first block (q) the warps run
+// decoupled: a warp barrier per block, no CTA barrier.
 __global__ void __launch_bounds__(kScoreThreads, 1)
     score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
                  uint32_t* __restrict__ hist_out) {
@@ -122,20 +149,31 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
   }
   if (tid < HI) sm.w[tid] = a.weights[int64_t(r) * HI + tid];
   sm.hist[tid] = 0;
-  load_warp_keys(a, r, visible, int(blockIdx.x) * kKeysPerCta + warp * kKeysPerWarp,
-                 sm.k[0] + warp * kKeysPerWarp * kRowS, lane);
-  cp_async_commit();
-  const int64_t out_row = int64_t(r) * indexer_score_stride(a.max_visible);
-  int stage = 0;
-  for (int b = blockIdx.x; b < blocks; b += gridDim.x, stage ^= 1) {
-    if (b + int(gridDim.x) < blocks)  // prefetch (the other stage was freed last iteration)
-      load_warp_keys(a, r, visible, (b + gridDim.x) * kKeysPerCta + warp * kKeysPerWarp,
-                     sm.k[stage ^ 1] + warp * kKeysPerWarp * kRowS, lane);
+  const __nv_bfloat16* kbase = row_keys(a, r);
+  const int step = int(gridDim.x);
+  int b_issue = blockIdx.x;
+  for (int s = 0; s < kStages - 1; ++s, b_issue += step) {
+    if (b_issue < blocks)
+      load_warp_keys(kbase, visible, b_issue * kKeysPerCta + warp * kKeysPerWarp,
+                     sm.k[s] + warp * kKeysPerWarp * kRowS, lane);
     cp_async_commit();
-    cp_async_wait_one();
-    __syncthreads();  // q (first pass) and every lane's key rows of this stage are visible
+  }
+  const int64_t out_row = int64_t(r) * indexer_score_stride(a.max_visible);
+  int stage = 0, stage_issue = kStages - 1;
+  for (int b = blockIdx.x, it = 0; b < blocks; b += step, b_issue += step, ++it) {
+    if (b_issue < blocks)  // into the stage the warp computed last iteration (its own rows)
+      load_warp_keys(kbase, visible, b_issue * kKeysPerCta + warp * kKeysPerWarp,
+                     sm.k[stage_issue] + warp * kKeysPerWarp * kRowS, lane);
+    cp_async_commit();
+    stage_issue = stage_issue + 1 == kStages ? 0 : stage_issue + 1;
+    cp_async_wait<kStages - 1>();  // block b (and q) copied by this thread
+    if (it == 0)
+      __syncthreads();  // q (first pass) and every lane's key rows of this stage are visible
+    else
+      __syncwarp();     // the warp's key rows of this stage are visible to all its lanes
     const int wk0 = b * kKeysPerCta + warp * kKeysPerWarp;
-    __nv_bfloat16* kw = sm.k[stage] + warp * kKeysPerWarp * kRowS;
+    const __nv_bfloat16* kw = sm.k[stage] + warp * kKeysPerWarp * kRowS;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
     float acc[2][8][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < kIndexDim; k0 += 16) {
@@ -159,22 +197,22 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
     // Head sum in registers: lane (q = lane/4, j = lane%4) holds heads 8nt + 2j + {0,1} of keys
     // q, q+8 (mt 0) and 16+q, 24+q (mt 1); it sums its 16 terms per key in (nt, head) order,
     // then the quad adds its 4 partials (xor 1, then xor 2), and lane j keeps key slot j.
-    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // key slots mt·2 + (i >> 1)
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // key slots mt·2 + hi
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 8; ++nt) {
+      if (nt * 8 >= HI) break;
+      const int h = nt * 8 + (lane & 3) * 2;
+      const uint32_t w2 = pack_bf16x2(sm.w[h], sm.w[h + 1]);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int h = nt * 8 + (lane & 3) * 2 + e;
-        if (h >= HI) continue;
-        const float wh = sm.w[h];
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const float s = fmaxf(round_bf16(acc[mt][nt][hi * 2 + e]), 0.0f);
-            part[mt * 2 + hi] += round_bf16(s * wh);
-          }
-      }
+        for (int hi = 0; hi < 2; ++hi) {
+          float t0, t1;
+          head_terms(acc[mt][nt][hi * 2], acc[mt][nt][hi * 2 + 1], w2, t0, t1);
+          part[mt * 2 + hi] += t0;
+          part[mt * 2 + hi] += t1;
+        }
+    }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       part[k] += __shfl_xor_sync(~0u, part[k], 1);
@@ -182,13 +220,8 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
     }
     const int j = lane & 3;
     const float total = j == 0 ? part[0] : j == 1 ? part[1] : j == 2 ? part[2] : part[3];
-    const int w = wk0 + (j >> 1) * 16 + (lane >> 2) + (j & 1) * 8;
-    if (w < visible) {
-      const uint16_t key = score_key(uint16_t(__float_as_uint(round_bf16(total)) >> 16));
-      keys_out[out_row + w] = key;
-      atomicAdd(&sm.hist[key >> 8], 1u);
-    }
-    __syncwarp();  // kw is read: the next iteration may prefetch into this stage
+    store_score(total, wk0 + (j >> 1) * 16 + (lane >> 2) + (j & 1) * 8, visible, out_row, keys_out, sm.hist);
+    __syncwarp();  // kw is read: a later iteration may prefetch into this stage
   }
   cp_async_wait_all();
   __syncthreads();
@@ -332,6 +365,30 @@ size_t indexer_workspace_bytes(int rows, int max_visible) {
   return keys_bytes(rows, max_visible) + size_t(rows) * 256 * sizeof(uint32_t);
 }
 
+namespace {
+
+int num_sms() {
+  static std::once_flag sms_once[kMaxDevices];
+  static int sms[kMaxDevices];
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  call_once_per_device(sms_once, [&] { CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev)); });
+  return sms[dev];
+}
+
+// One CTA per SM (≈ 155 KB smem): floor(SMs / rows) CTAs per row, at most one per block.
+void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, cudaStream_t stream) {
+  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
+  call_once_per_device(attr_set, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(ScoreSmem))));
+  });
+  const int blocks = (a.max_visible + kKeysPerCta - 1) / kKeysPerCta;
+  dim3 grid(unsigned(std::min(blocks, std::max(1, num_sms() / a.rows))), unsigned(a.rows));
+  launch_pdl(score_kernel, grid, dim3(kScoreThreads), sizeof(ScoreSmem), stream, a, keys, hist);
+}
+
+}  // namespace
+
 void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   if (a.rows == 0) return;
   DSV4_CHECK(a.rows <= 65535, "too many indexer rows: ", a.rows);
@@ -340,27 +397,12 @@ void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   DSV4_CHECK(a.k >= 1 && a.k <= kIndexTopk, "indexer: top-", a.k, " (1..", kIndexTopk, ")");
   DSV4_CHECK((a.q != nullptr) != (a.q_f32 != nullptr), "indexer: exactly one of q / q_f32");
   DSV4_CHECK(a.visible != nullptr || (a.pos != nullptr && a.ratio > 0), "indexer: no visible counts");
-  DSV4_CHECK(a.caches != nullptr || a.keys_f32 != nullptr || (a.keys != nullptr && a.key_base != nullptr),
-             "indexer: no keys");
+  DSV4_CHECK(a.caches != nullptr || a.keys != nullptr, "indexer: no keys");
   uint16_t* keys = static_cast<uint16_t*>(workspace);
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
                                                keys_bytes(a.rows, a.max_visible));
   CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(a.rows) * 256 * sizeof(uint32_t), stream));
-  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
-  call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(ScoreSmem)));
-  });
-  static std::once_flag sms_once[kMaxDevices];
-  static int sms[kMaxDevices];
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  call_once_per_device(sms_once, [&] { CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev)); });
-  if (a.max_visible > 0) {
-    // One CTA per SM (≈ 155 KB smem): floor(SMs / rows) CTAs per row, each looping over blocks.
-    const int blocks = (a.max_visible + kKeysPerCta - 1) / kKeysPerCta;
-    dim3 grid(unsigned(std::min(blocks, std::max(1, sms[dev] / a.rows))), unsigned(a.rows));
-    launch_pdl(score_kernel, grid, dim3(kScoreThreads), sizeof(ScoreSmem), stream, a, keys, hist);
-  }
+  if (a.max_visible > 0) launch_scan(a, keys, hist, stream);
   if (a.scores_only) return;
   launch_pdl(select_kernel, dim3(unsigned(a.rows)), dim3(kSelectThreads), 0, stream, a,
              static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(hist));

@@ -5,13 +5,15 @@
 // Row r (one query position of one sequence) reads q[r] (`heads` ≤ 64 heads, a multiple of 8,
 // × 128 bf16, rotated and FP4-simulated; or the same values as fp32), weights[r] (heads
 // bf16-valued floats, pre-scaled by 128^-0.5·heads^-0.5) and keys [0, visible[r]) of the row's
-// key pool: keys + key_base[r]·128 (bf16 [entries, 128]; FP4-simulated values are exact in bf16),
-// or, for GpuModel's batched decode, caches[r].index.keys (fp32 holding those values, converted
-// on load) with visible = (pos[r] + 1) / ratio, or, for prefill (every row one sequence's
-// position), one fp32 pool keys_f32 shared by all rows. Score(w) = bf16(Σ_h bf16(ω_h ·
-// relu(bf16(q_h·K_w)))) with the head sum in fp32 in a fixed order (per lane in head order, then
-// a 4-lane tree; cpu::index_scores adds in head order: equal whenever the fp32 sums are exact,
-// as they are in practice for FP4-simulated operands — so is the dot, an fp32 tensor-core sum).
+// key pool, bf16 [entries, 128] (FP4-simulated values are exact in bf16): keys +
+// key_base[r]·128 (key_base null: one pool shared by every row, prefill), or, for GpuModel's
+// batched decode, caches[r].index.keys with visible = (pos[r] + 1) / ratio.
+// Score(w) = bf16(Σ_h bf16(ω_h · relu(bf16(q_h·K_w)))) with the head sum in fp32 in a fixed
+// order (per lane in head order over its heads 8n + 2j + {0,1}, n = 0..7, then a 4-lane tree:
+// (j0 + j1) + (j2 + j3); cpu::index_scores adds in head order: equal whenever the fp32 sums are
+// exact, as they are in practice for FP4-simulated operands — so is the dot, an fp32
+// tensor-core sum). The per-head term is computed as bf16x2 ops (cvt.rn.relu, mul.rn): the
+// same value for finite dots, since ω_h · s is exact in fp32 for bf16 ω_h and s.
 // Selection = cpu::select_topk: the top min(k, visible)
 // ids by descending score, exact ties → lower id, written in that order; the rest of the k
 // slots are −1. (−0 and +0 compare equal, as float comparison does.)
@@ -38,12 +40,11 @@ struct IndexerArgs {
   int heads = kIndexHeads;           // 8..64, multiple of 8
   const float* weights = nullptr;    // [rows, heads]
   const __nv_bfloat16* keys = nullptr;  // key pool [*, 128] (without caches)
-  const int64_t* key_base = nullptr;    // [rows] first key entry of the row's sequence
+  const int64_t* key_base = nullptr;    // [rows] first key entry of the row's sequence, or null: 0
   const int32_t* visible = nullptr;     // [rows] visible entries (floor((t+1)/4)), or nullptr:
   const int32_t* pos = nullptr;         //   (pos[r] + 1) / ratio
   int ratio = 0;
-  const DecodeLayerCache* caches = nullptr;  // [rows]: fp32 keys caches[r].index.keys instead
-  const float* keys_f32 = nullptr;           // or fp32 keys [*, 128] shared by every row
+  const DecodeLayerCache* caches = nullptr;  // [rows]: bf16 keys caches[r].index.keys instead
   int rows = 0;
   int max_visible = 0;  // host upper bound of visible[] (grid size, scratch stride)
   int k = kIndexTopk;   // 1..512

@@ -42,9 +42,9 @@ class KeyPool : public cpu::LayerState {
 struct IndexerCase {
   const char* name;
   int heads, k;
-  // 0: bf16 q and per-row bf16 key pools, explicit visible counts; 1: GpuModel decode (fp32 q,
-  // per-row fp32 key buffers, visible from positions); 2: GpuModel prefill (as 1, but one fp32
-  // key pool keys_f32 shared by every row).
+  // 0: bf16 q and per-row key pools (key_base), explicit visible counts; 1: GpuModel decode
+  // (fp32 q, per-row key buffers caches[r].index.keys, visible from positions); 2: GpuModel
+  // prefill (as 1, but one key pool shared by every row: key_base null).
   int mode;
 };
 
@@ -78,7 +78,7 @@ TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
   for (float& v : w) v = round_bf16(round_bf16(nd(rng)) * ws);
 
   DeviceBuffer<uint16_t> d_keys, d_q;
-  DeviceBuffer<float> d_keys32, d_q32, d_w;
+  DeviceBuffer<float> d_q32, d_w;
   d_w.upload(w);
   DeviceBuffer<int64_t> d_base;
   DeviceBuffer<int32_t> d_vis, d_pos, d_topk(size_t(rows) * K), d_count(rows);
@@ -92,13 +92,13 @@ TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
   a.k = K;
   a.topk = d_topk.get();
   a.count = d_count.get();
+  d_keys.upload(to_bf16_bits(keys));
   if (c.mode != 0) {
-    d_keys32.upload(keys);
     d_q32.upload(q);
     std::vector<DecodeLayerCache> table(rows);
     std::vector<int32_t> pos(rows);
     for (int r = 0; r < rows; ++r) {
-      table[r].index.keys = d_keys32.get() + base[r] * kIndexDim;
+      table[r].index.keys = d_keys.get() + base[r] * kIndexDim;
       // (pos + 1) / 4 = visible
       pos[r] =
           visible[r] > 0 ? visible[r] * ratio - 1 + int(rng() % ratio) : int(rng() % (ratio - 1));
@@ -109,11 +109,10 @@ TEST_P(Sm90IndexerTopk, ScoresAndSelectionMatchCpuReference) {
     if (c.mode == 1)
       a.caches = d_table.get();
     else
-      a.keys_f32 = d_keys32.get();
+      a.keys = reinterpret_cast<const __nv_bfloat16*>(d_keys.get());
     a.pos = d_pos.get();
     a.ratio = ratio;
   } else {
-    d_keys.upload(to_bf16_bits(keys));
     d_q.upload(to_bf16_bits(q));
     d_base.upload(base);
     d_vis.upload(visible);

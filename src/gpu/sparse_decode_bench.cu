@@ -9,7 +9,7 @@
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
-// Usage: gpu_sparse_decode_bench (no arguments).
+// Usage: gpu_sparse_decode_bench [indexer]   (indexer: only the indexer rows)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -262,9 +263,17 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
               bytes / 1e6, bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak);
 }
 
+// The indexer rows: 8K / 128K / 1M context, B = 1, 8, 16, 64; the scan, then scan + top-k.
+void indexer_rows(cudaStream_t s, const uint16_t* keys, double peak) {
+  std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
+  for (int ctx : {8192, 131072, 1 << 20})
+    for (int b : {1, 8, 16, 64})
+      for (bool so : {true, false}) indexer_case(s, keys, peak, b, ctx, so);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int drv = 0, rt = 0;
@@ -285,6 +294,11 @@ int main() {
   DeviceBuffer<uint16_t> keys(size_t(kKeyPool) * kIndexDim);
   fill_bf16<<<1024, 256, 0, s>>>(keys.get(), int64_t(keys.size()), 1);
   CUDA_CHECK(cudaStreamSynchronize(s));
+  if (argc > 1 && std::string(argv[1]) == "indexer") {
+    indexer_rows(s, keys.get(), peak);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+  }
 
   std::printf("attention (per layer call; bytes = KV entries 584 B + 4 B id, q and out bf16); clusters "
               "resident at once: size 2 %d, 4 %d, 8 %d, 16 %d\n", sparse_decode_cluster_capacity(2),
@@ -302,10 +316,7 @@ int main() {
     for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true, 16, kHeads, 0, 0, b == 1 && ctx == 8192);
   for (int b : {1, 8, 16, 64}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, kHeads, 0, 0, b == 1);
   for (int b : {1, 8}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, 32);
-  std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
-  for (int ctx : {8192, 131072, 1 << 20})
-    for (int b : {1, 8})
-      for (bool so : {true, false}) indexer_case(s, keys.get(), peak, b, ctx, so);
+  indexer_rows(s, keys.get(), peak);
   std::printf("\n");
   for (const auto& [ctas, cl] : {std::pair{64, 16}, std::pair{32, 16}, std::pair{32, 8}, std::pair{64, 1}})
     floor_case(s, ctas, cl);

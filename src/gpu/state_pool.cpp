@@ -33,7 +33,7 @@ class DeviceScope {
 // Bytes of the fields in slot order.
 std::array<int64_t, GpuStatePool::kNumFields> field_sizes(const LayerStateShape& s) {
   constexpr int64_t f = sizeof(float);
-  return {kv_cache_bytes(s.window), kv_cache_bytes(s.compressed), s.index_keys * f, s.comp_state * f,
+  return {kv_cache_bytes(s.window), kv_cache_bytes(s.compressed), s.index_keys * 2, s.comp_state * f,
           s.comp_state * f, s.index_state * f, s.index_state * f};
 }
 
@@ -49,7 +49,7 @@ std::vector<LayerStateShape> sequence_state_shape(const model::ModelConfig& conf
     s.window = config.sliding_window;
     const BlockW& bw = l < trunk ? weights.layers[l] : weights.mtp[l - trunk].block;
     // A compressor's state is [c·ratio, c·head_dim] (c = 2 when overlapped); it emits
-    // max(1, max_len / ratio) entries (FP8 cache entries, or indexer keys of head_dim fp32).
+    // max(1, max_len / ratio) entries (FP8 cache entries, or indexer keys of head_dim bf16).
     auto state = [](const CompressorW& cw) {
       const int64_t c = cw.overlap ? 2 : 1;
       return c * cw.ratio * c * cw.head_dim;
@@ -144,7 +144,8 @@ GpuSequenceState GpuStatePool::acquire(cudaStream_t stream) {
     GpuLayerCache& c = st.layers[l];
     c.window = kv_view(kWindow);
     c.compressed = kv_view(kCompressed);
-    c.index_keys = view(kIndexKeys);
+    c.index_keys = DeviceBuffer<uint16_t>::view(reinterpret_cast<uint16_t*>(base + offsets_[l][kIndexKeys]),
+                                                static_cast<size_t>(sizes[kIndexKeys]) / sizeof(uint16_t));
     c.comp_kv = view(kCompKv);
     c.comp_score = view(kCompScore);
     c.index_kv = view(kIndexKv);

@@ -9,7 +9,7 @@
 //   slot s at base + s·slot_bytes; inside, for layer l in order, the buffers
 //   window: sliding_window entries | compressed: max(1, L/r) entries (both FP8, 584-byte
 //   layout in pages of 64 entries, kv_cache_bytes() bytes, kv_fp8.h) |
-//   index_keys fp32 [max(1, L/r), index_head_dim] | comp_kv, comp_score fp32 [c·r, c·h] |
+//   index_keys bf16 [max(1, L/r), index_head_dim] | comp_kv, comp_score fp32 [c·r, c·h] |
 //   index_kv, index_score fp32 [c·r, c·h_I]   (absent buffers take no bytes; c = 2 when overlapped)
 // so one sequence is one contiguous byte range: another process can map the whole pool
 // (ipc_handle(), CUDA IPC) and copy or receive a slot as one range (PD disaggregation).
@@ -34,7 +34,7 @@ namespace dsv4::gpu {
 struct LayerStateShape {
   int64_t window = 0;       // entries: sliding_window (FP8 cache)
   int64_t compressed = 0;   // entries: max(1, max_len / ratio) (FP8 cache; layers with a compressor)
-  int64_t index_keys = 0;   // fp32 count: max(1, max_len / ratio) · index_head_dim (layers with an indexer)
+  int64_t index_keys = 0;   // bf16 count: max(1, max_len / ratio) · index_head_dim (layers with an indexer)
   int64_t comp_state = 0;   // comp_kv and comp_score each: (c·ratio) · (c·head_dim)
   int64_t index_state = 0;  // index_kv and index_score each
 };

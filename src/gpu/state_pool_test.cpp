@@ -101,7 +101,8 @@ TEST(GpuStatePool, LayoutMatchesNewSequence) {
     };
     check(a.window);
     check(a.compressed);
-    for (const DeviceBuffer<float>* f : {&a.index_keys, &a.comp_kv, &a.comp_score, &a.index_kv, &a.index_score})
+    check(a.index_keys);
+    for (const DeviceBuffer<float>* f : {&a.comp_kv, &a.comp_score, &a.index_kv, &a.index_score})
       check(*f);
   }
   const int64_t main_kv = GpuStatePool::main_kv_bytes_for(sequence_state_shape(m));
