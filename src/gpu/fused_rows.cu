@@ -67,8 +67,8 @@ __global__ void head_rms_rope_kernel(float* x, int64_t rows, int len, float eps,
 
 // Block per row (rms_norm_rows' vector-kernel thread count, VPT = 1): RMSNorm in registers into
 // a shared row, RoPE of its tail, Q8 simulation of its head blocks (warp per block), store; with
-// caches, the last warp also encodes the row into its window ring entry (decode_ring_update's
-// warp encoder on the same values).
+// caches, the warps also encode the row into its window ring entry (decode_ring_update's
+// encoder, one entry part per warp, on the same values).
 __global__ void __launch_bounds__(256) norm_rope_simulate_q8_kernel(const float* __restrict__ x,
                                                                     const float* __restrict__ w, int dim, float eps,
                                                                     const float* __restrict__ table, int pairs,
@@ -93,10 +93,11 @@ __global__ void __launch_bounds__(256) norm_rope_simulate_q8_kernel(const float*
     simulate_block_warp<false>(srow + b * block, block, lane);
   __syncthreads();
   if (j < dim / 4) reinterpret_cast<float4*>(y + row * dim)[j] = reinterpret_cast<const float4*>(srow)[j];
-  if (caches != nullptr && (threadIdx.x >> 5) == warps - 1) {
+  if (caches != nullptr) {  // the entry's parts (tiles, rope dims) spread over the warps
     uint8_t* ring = caches[row].window;
     const int64_t e = p % win;
-    kv_encode_entry_warp(srow, ring + kv_cache_data_offset(e), ring + kv_cache_scale_offset(e), lane);
+    for (int part = threadIdx.x >> 5; part <= kKvTiles; part += warps)
+      kv_encode_part_warp(srow, ring + kv_cache_data_offset(e), ring + kv_cache_scale_offset(e), part, lane);
   }
 }
 

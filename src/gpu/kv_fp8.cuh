@@ -11,10 +11,11 @@
 
 namespace dsv4::gpu {
 
-// Encodes x[0, 512) (bf16-valued floats) into an entry; called by all 32 lanes of one warp
-// (lane = lane id). Lane i owns values 2i, 2i+1 of every 64-value tile and of the rope part.
-__device__ __forceinline__ void kv_encode_entry_warp(const float* x, uint8_t* data, uint8_t* scales, int lane) {
-  for (int t = 0; t < kKvTiles; ++t) {
+// One part of an entry's encoding by one warp (all 32 lanes; lane = lane id): part t < kKvTiles
+// is 64-value tile t (its amax, E8M0 scale and e4m3 codes), part kKvTiles the bf16 rope dims.
+// Lane i owns values 2i, 2i+1 of the part. The parts are independent: any warps may take them.
+__device__ __forceinline__ void kv_encode_part_warp(const float* x, uint8_t* data, uint8_t* scales, int t, int lane) {
+  if (t < kKvTiles) {
     const float v0 = x[t * kKvTile + 2 * lane], v1 = x[t * kKvTile + 2 * lane + 1];
     const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
     const float s = q8_block_scale(amax);  // reference clamp: max(amax, 1e-4) / 448
@@ -22,11 +23,17 @@ __device__ __forceinline__ void kv_encode_entry_warp(const float* x, uint8_t* da
     const uint32_t c1 = float_to_e4m3(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
     reinterpret_cast<uint16_t*>(data + t * kKvTile)[lane] = uint16_t(c0 | (c1 << 8));
     if (lane == 0) scales[t] = uint8_t(__float_as_uint(s) >> 23);
+    return;
   }
   const uint32_t r0 = __float_as_uint(round_bf16(x[kKvNopeDim + 2 * lane])) >> 16;
   const uint32_t r1 = __float_as_uint(round_bf16(x[kKvNopeDim + 2 * lane + 1])) >> 16;
   reinterpret_cast<uint32_t*>(data + kKvNopeDim)[lane] = r0 | (r1 << 16);
   if (lane == 0) scales[kKvTiles] = 0;
+}
+
+// Encodes x[0, 512) (bf16-valued floats) into an entry; called by all 32 lanes of one warp.
+__device__ __forceinline__ void kv_encode_entry_warp(const float* x, uint8_t* data, uint8_t* scales, int lane) {
+  for (int t = 0; t <= kKvTiles; ++t) kv_encode_part_warp(x, data, scales, t, lane);
 }
 
 // E8M0 tile scale → 2^(e − 127) (e ∈ [105, 254] for encoded entries; 0 → 0 in zeroed ones).

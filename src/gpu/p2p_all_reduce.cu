@@ -3,6 +3,7 @@
 
 #include "base/check.h"
 #include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
 
 namespace dsv4::gpu {
 namespace {
@@ -45,6 +46,10 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
 
 // Block b: slice [lo, hi) of x (the same on every rank). See the header for the protocol.
 __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(OneShotArgs a) {
+  // Under programmatic dependent launch: x is written by the predecessor (wait first); the
+  // successor may be scheduled once every block runs (it waits for this grid's completion).
+  pdl_wait();
+  pdl_trigger();
   __shared__ uint32_t epoch_s;
   const int b = blockIdx.x;
   if (threadIdx.x == 0) {
@@ -192,8 +197,7 @@ void P2pAllReduce::run(int rank, float* x, int64_t count, cudaStream_t stream) {
   a.epochs = ranks_[rank].epochs;
   a.max_floats = max_floats_;
   a.abort = abort_device_;
-  one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(a);
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(one_shot_all_reduce, kBlocks, kThreads, 0, stream, a);  // PDL inside a PdlScope
 }
 
 void P2pAllReduce::abort() {

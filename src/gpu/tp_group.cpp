@@ -115,6 +115,7 @@ struct TpGroup::Impl {
   std::atomic<bool> aborted{false};
   std::string broken;  // set after a failed run(); guarded by run()'s single caller
   std::unique_ptr<P2pAllReduce> p2p;  // decode-sized sums (nullptr: NCCL only)
+  int64_t one_shot_max = 0;           // sums of at most this many floats take p2p
 #if DSV4_HAVE_NCCL
   std::vector<ncclComm_t> comms;
 #endif
@@ -141,11 +142,15 @@ TpGroup::TpGroup(int size) : size_(size), impl_(std::make_unique<Impl>()) {
   std::vector<int> devs(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) devs[r] = r;
   NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), size, devs.data()));
-  // "p2p": the one-shot kernel for decode-sized sums (opt-in: on 2×H200 it measured no faster
-  // than NCCL 2.28 at 16 KiB–1 MiB, docs/architecture.md); otherwise NCCL for every size.
+  // The one-shot kernel for decode-sized sums (PDL-launched: its launch overlaps the previous
+  // kernel) up to kOneShotMaxFloats, NCCL above (docs/architecture.md); DSV4_TP_ALLREDUCE=nccl:
+  // NCCL for every size; =p2p: the one-shot kernel up to its buffer size, kP2pMaxFloats.
   const char* mode = std::getenv("DSV4_TP_ALLREDUCE");
-  if (mode != nullptr && std::string(mode) == "p2p" && P2pAllReduce::supported(size))
+  const std::string m = mode != nullptr ? mode : "";
+  if (m != "nccl" && P2pAllReduce::supported(size)) {
     impl_->p2p = std::make_unique<P2pAllReduce>(size, kP2pMaxFloats);
+    impl_->one_shot_max = m == "p2p" ? kP2pMaxFloats : kOneShotMaxFloats;
+  }
   for (int r = 1; r < size; ++r) impl_->workers.push_back(std::make_unique<RankWorker>(r, [this] { impl_->abort(); }));
 #else
   DSV4_FAIL("--tp ", size, " needs NCCL, and this build has none (nccl.h was not found at configure time)");
@@ -194,7 +199,7 @@ void TpGroup::all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t str
 #endif
 }
 
-bool TpGroup::uses_one_shot(int64_t count) const { return impl_->p2p != nullptr && count <= kP2pMaxFloats; }
+bool TpGroup::uses_one_shot(int64_t count) const { return impl_->p2p != nullptr && count <= impl_->one_shot_max; }
 
 void TpGroup::transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream) {
   DSV4_CHECK(from != to && from >= 0 && to >= 0 && from < size_ && to < size_ && (rank == from || rank == to),

@@ -9,9 +9,9 @@
 // aborts its communicators, run() rethrows the first error, and every later run() throws
 // "tensor-parallel group unusable" naming it (the model must be reloaded).
 // all_reduce_sum(rank, x, count, stream): in-place fp32 sum of x [count] over the ranks
-// (NCCL; with DSV4_TP_ALLREDUCE=p2p and peer access between every pair of GPUs, the one-shot
-// peer-to-peer kernel of p2p_all_reduce.h up to kP2pMaxFloats); the result is identical on
-// every rank.
+// (the one-shot peer-to-peer kernel of p2p_all_reduce.h up to kOneShotMaxFloats when every pair
+// of GPUs has peer access, NCCL above and with DSV4_TP_ALLREDUCE=nccl; DSV4_TP_ALLREDUCE=p2p
+// takes the one-shot kernel up to kP2pMaxFloats); the result is identical on every rank.
 // transfer_bytes(rank, from, to, data, bytes, stream): point-to-point copy of `bytes` bytes from
 // rank `from`'s buffer into rank `to`'s buffer (NCCL send/recv), e.g. one GpuStatePool slot
 // received into another GPU's pool (prefill/decode disaggregation). Ranks `from` and `to` must
@@ -42,6 +42,9 @@ class TpGroup {
   int size() const { return size_; }
   void run(const std::function<void(int rank)>& f);
   static constexpr int64_t kP2pMaxFloats = int64_t{1} << 19;  // [128, 4096] fp32 = 2 MiB
+  // Default one-shot limit: decode sums of up to 16 rows of 4096 (2×H200 TP2 Flash, graph replay,
+  // PDL-launched one-shot vs NCCL 2.28: B=1 −0.7 %, B=8 −4.9 %, B=16 −3.3 %, B=64 +1.9 %).
+  static constexpr int64_t kOneShotMaxFloats = int64_t{1} << 16;
   void all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream);
   // True when all_reduce_sum(count) runs the one-shot kernel (profiler names).
   bool uses_one_shot(int64_t count) const;
