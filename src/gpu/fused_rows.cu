@@ -3,7 +3,6 @@
 // kernels run — in the same order on the same values, so its output equals the separate calls
 // bit for bit (fused_rows_test.cu). Where a single-op call would take another kernel (shapes
 // or alignments its fast kernel declines), the launcher runs the separate calls instead.
-#include <algorithm>
 #include <string>
 
 #include "gpu/cuda_check.h"
@@ -120,13 +119,17 @@ __global__ void rope_hadamard_q4_kernel(float* x, int len, const float* __restri
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// rms_norm_rows' vector kernel: its float4s per thread (0 when it declines) and thread count.
+// rms_norm_rows' choice for these pointers (row_ops.cuh): float4s per thread, 0 = its other kernel.
 int rms_vec_per_thread(int64_t dim, const void* x, const void* w, const void* y) {
-  const int64_t per = (dim / 4 + 255) / 256;
-  const bool ok = dim % 4 == 0 && per <= 4 && aligned16(x) && aligned16(w) && (y == nullptr || aligned16(y));
-  return ok ? static_cast<int>(per) : 0;
+  return rms_norm_vec_per_thread(dim, aligned16(x) && aligned16(w) && (y == nullptr || aligned16(y)));
 }
-unsigned rms_vec_threads(int64_t dim) { return static_cast<unsigned>(std::min<int64_t>(256, ((dim / 4 + 31) / 32) * 32)); }
+
+// The single-op RoPE of the unfused paths, at the rows' positions.
+void rope_rows_at(float* x, int64_t rows, int64_t stride, const float* table, int pairs, RowPositions pos,
+                  cudaStream_t s) {
+  if (pos.positions != nullptr) decode_rope_rows(x, rows, stride, pos.rows_per_pos, pos.positions, table, pairs, false, s);
+  else rope_rows(x, rows, stride, pos.rows_per_pos, pos.pos0, 1, table, pairs, false, s);
+}
 
 std::string rows_dim(int64_t rows, int64_t dim) { return "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim); }
 
@@ -145,7 +148,7 @@ void rms_norm_q8_rows(const float* x, const float* w, int64_t rows, int64_t dim,
   }
   prof::Launch pl("rms_norm+q8", double(rows) * dim * (y ? 9 : 5) + double(dim) * 4 + double(rows) * dim / 32, s,
                   [&] { return rows_dim(rows, dim); });
-  const unsigned grid = static_cast<unsigned>(rows), threads = rms_vec_threads(dim);
+  const unsigned grid = static_cast<unsigned>(rows), threads = rms_norm_vec_threads(dim);
   if (per == 1) launch_pdl(rms_norm_q8_kernel<1>, grid, threads, 0, s, x, w, dim, eps, y, codes, scales);
   else if (per == 2) launch_pdl(rms_norm_q8_kernel<2>, grid, threads, 0, s, x, w, dim, eps, y, codes, scales);
   else launch_pdl(rms_norm_q8_kernel<4>, grid, threads, 0, s, x, w, dim, eps, y, codes, scales);
@@ -155,10 +158,9 @@ void head_rms_rope_rows(float* x, int64_t rows, int len, float eps, const float*
                         cudaStream_t s) {
   DSV4_CHECK(2 * pairs <= len, "head_rms_rope_rows: ", pairs, " rotary pairs in rows of ", len);
   if (rows == 0) return;
-  if (len % 4 != 0 || len > 2048) {  // head_rms_bf16_rows' one-thread kernel: the two calls
+  if (!head_rms_warp_kernel_fits(len)) {  // head_rms_bf16_rows' one-thread kernel: the two calls
     head_rms_bf16_rows(x, rows, len, eps, s);
-    if (pos.positions != nullptr) decode_rope_rows(x, rows, len, pos.rows_per_pos, pos.positions, table, pairs, false, s);
-    else rope_rows(x, rows, len, pos.rows_per_pos, pos.pos0, 1, table, pairs, false, s);
+    rope_rows_at(x, rows, len, table, pairs, pos, s);
     return;
   }
   prof::Launch pl("head_rms+rope", double(rows) * len * 8 + double(rows / pos.rows_per_pos) * pairs * 8, s,
@@ -178,8 +180,7 @@ void norm_rope_simulate_q8(const float* x, const float* w, int64_t rows, int dim
   if (rows == 0) return;
   if (rms_vec_per_thread(dim, x, w, y) != 1) {  // not one float4 per thread: the three calls
     rms_norm_rows(x, w, rows, dim, eps, y, s);
-    if (pos.positions != nullptr) decode_rope_rows(y, rows, dim, pos.rows_per_pos, pos.positions, table, pairs, false, s);
-    else rope_rows(y, rows, dim, pos.rows_per_pos, pos.pos0, 1, table, pairs, false, s);
+    rope_rows_at(y, rows, dim, table, pairs, pos, s);
     simulate_q8_rows(y, rows, dim, len, block, s);
     if (caches != nullptr) decode_ring_update(y, rows, pos.positions, caches, win, dim, s);
     return;
@@ -188,7 +189,7 @@ void norm_rope_simulate_q8(const float* x, const float* w, int64_t rows, int dim
                   double(rows) * dim * 8 + double(dim) * 4 + double(rows) * pairs * 8 +
                       (caches ? double(rows) * kKvEntryBytes : 0.0),
                   s, [&] { return rows_dim(rows, dim); });
-  launch_pdl(norm_rope_simulate_q8_kernel, static_cast<unsigned>(rows), rms_vec_threads(dim),
+  launch_pdl(norm_rope_simulate_q8_kernel, static_cast<unsigned>(rows), rms_norm_vec_threads(dim),
              size_t(dim) * sizeof(float), s, x, w, dim, eps, table, pairs, pos, block, y, caches, win);
 }
 }  // namespace

@@ -272,13 +272,12 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int
   lin8_multi(r.qa, r.sa, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
   rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
-  pos.rows_per_pos = H;
-  head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs, pos, stream_);
+  head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs,
+                     RowPositions{.positions = pos.positions, .pos0 = pos.pos0, .rows_per_pos = H}, stream_);
   if (ring != nullptr) {
     decode_kv_rows_to_ring(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos.positions, 64, r.kv,
                            ring, c.sliding_window, stream_);
   } else {
-    pos.rows_per_pos = 1;
     norm_rope_simulate_q8_rows(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos, 64, r.kv, stream_);
   }
   return r;

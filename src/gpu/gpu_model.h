@@ -181,8 +181,8 @@ class GpuModel {
              const std::function<void(const float* x, float* out)>& attend);
   // Attention step 1 (q and window-KV paths) on n rows of x [n, D]: Q8, wq_a/wkv, q_norm + Q8,
   // wq_b, head RMS + RoPE of q, kv_norm + RoPE + Q8 simulation of kv's no-rope part (fused_rows.cu)
-  // at the rows' positions `pos` (rows_per_pos is set here; prefill: pos0 = start_pos; decode:
-  // each row's own) from the RoPE table `rope`. Returns workspace views: qa/sa hold
+  // at the rows' positions `pos` (one per row of x, q's heads share it; prefill: pos0 = start_pos;
+  // decode: each row's own) from the RoPE table `rope`. Returns workspace views: qa/sa hold
   // Q8(q_norm(wq_a x)) (the indexer reads them), q [n, H_local, d], kv [n, d].
   struct QkvRows {
     uint8_t* qa = nullptr;

@@ -467,9 +467,9 @@ void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, fl
   if (rows == 0) return;
   prof::Launch pl("rms_norm", double(rows) * dim * 8 + double(dim) * 4, s,
                   [&] { return "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim); });
-  const int64_t per = (dim / 4 + 255) / 256;  // float4 per thread
-  if (dim % 4 == 0 && per <= 4 && aligned16(x) && aligned16(w) && aligned16(y)) {
-    const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, ((dim / 4 + 31) / 32) * 32));
+  const int per = rms_norm_vec_per_thread(dim, aligned16(x) && aligned16(w) && aligned16(y));  // float4s per thread
+  if (per > 0) {
+    const unsigned threads = rms_norm_vec_threads(dim);
     const unsigned grid = static_cast<unsigned>(rows);
     if (per == 1) launch_pdl(rms_norm_vec_kernel<1>, grid, threads, 0, s, x, w, dim, eps, y);
     else if (per == 2) launch_pdl(rms_norm_vec_kernel<2>, grid, threads, 0, s, x, w, dim, eps, y);

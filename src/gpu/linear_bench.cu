@@ -141,6 +141,31 @@ int main(int argc, char** argv) {
              flops_of(M, sh.out, sh.in));
     }
   }
+  // lin8_multi: wq_a + wkv over the same activations in one launch (the decode step's call).
+  if (wanted("wq_a+wkv")) {
+    const int64_t in = 4096, oa = 1024, ob = 512;
+    const int64_t wa = oa * in, wk = ob * in, sa = (oa / 128) * (in / 128), sk = (ob / 128) * (in / 128);
+    const int nc = copies_for(double(wa + wk));
+    DeviceBuffer<uint8_t> w((wa + wk) * nc), ws((sa + sk) * nc), xq(Mmax * in);
+    DeviceBuffer<float> xs(Mmax * in / 128), ya(Mmax * oa), yb(Mmax * ob);
+    fill_random_e4m3(w.get(), (wa + wk) * nc, 3, nullptr);
+    fill_e8m0(ws.get(), (sa + sk) * nc, 120, nullptr);
+    fill_random_e4m3(xq.get(), Mmax * in, 4, nullptr);
+    fill_random_f32(xs.get(), Mmax * in / 128, 0.0f, 0.01f, 5, nullptr);
+    for (int64_t M : Ms) {
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            const uint8_t* wc = w.get() + (i % nc) * (wa + wk);
+            const uint8_t* sc = ws.get() + (i % nc) * (sa + sk);
+            const Lin8Out outs[2] = {{.w = wc, .ws = sc, .out = oa, .y = ya.get()},
+                                     {.w = wc + wa, .ws = sc + sa, .out = ob, .y = yb.get()}};
+            lin8_multi(xq.get(), xs.get(), M, in, std::span<const Lin8Out>(outs, 2), s);
+          },
+          replays);
+      report("lin8", "multi wq_a+wkv 1536x4096", M, double(wa + wk + sa + sk) + M * in * (1 + 4.0 / 128) + M * (oa + ob) * 4.0,
+             t, flops_of(M, oa + ob, in));
+    }
+  }
   std::printf("\n");
 
   // ---- dense bf16 / fp32 ---------------------------------------------------------------------
@@ -240,6 +265,8 @@ int main(int argc, char** argv) {
   fill_random_f32(base.get(), Mix, 0.1f, 0.0f, 11, nullptr);
   fill_random_f32(q.get(), Mdecode * 32 * 512, 1.0f, 0.0f, 12, nullptr);
   fill_random_f32(nw.get(), D, 0.1f, 1.0f, 13, nullptr);
+  DeviceBuffer<float> rope(200 * 32 * 2);  // a RoPE table of 200 positions × 32 pairs
+  fill_random_f32(rope.get(), 200 * 32 * 2, 1.0f, 0.0f, 15, nullptr);
   DeviceBuffer<uint8_t> qcodes(Mdecode * D);
   DeviceBuffer<float> qscales(Mdecode * D / 128);
   for (int64_t M : {int64_t{1}, int64_t{16}, int64_t{64}}) {
@@ -284,6 +311,24 @@ int main(int argc, char** argv) {
     report("small", "simulate_q4 2 rows x 448", M, 2 * M * 448 * 8.0, t);
     t = time_graph([&](int, cudaStream_t s) { quantize_q8_rows(xo.get(), M, D, qcodes.get(), qscales.get(), s); }, replays);
     report("small", "quantize_q8 D=4096", M, M * D * 5.0 + M * (D / 128) * 4.0, t);
+    // The fused row chains (fused_rows.cu) at the decode step's shapes, consecutive positions.
+    const RowPositions at{.pos0 = 100};
+    t = time_graph([&](int, cudaStream_t s) {
+      rms_norm_q8_rows(xo.get(), nw.get(), M, 1024, 1e-6f, nullptr, qcodes.get(), qscales.get(), s);
+    }, replays);
+    report("small", "rms_norm+q8 dim=1024", M, M * 1024 * 5.0 + 1024 * 4.0 + M * 8 * 4.0, t);
+    t = time_graph([&](int, cudaStream_t s) {
+      head_rms_rope_rows(q.get(), M * 32, 512, 1e-6f, rope.get(), 32, RowPositions{.pos0 = 100, .rows_per_pos = 32}, s);
+    }, replays);
+    report("small", "head_rms+rope 32 heads x 512", M, M * 32 * 512 * 8.0 + M * 32 * 8.0, t);
+    t = time_graph([&](int, cudaStream_t s) {
+      norm_rope_simulate_q8_rows(xo.get(), nw.get(), M, 512, 1e-6f, rope.get(), 32, at, 64, yo.get(), s);
+    }, replays);
+    report("small", "norm+rope+sim_q8 dim=512", M, M * 512 * 8.0 + 512 * 4.0 + M * 32 * 8.0, t);
+    t = time_graph([&](int, cudaStream_t s) {
+      rope_hadamard_q4_rows(q.get(), M * 64, 128, rope.get(), 32, RowPositions{.pos0 = 100, .rows_per_pos = 64}, s);
+    }, replays);
+    report("small", "rope+hadamard+sim_q4 64 x 128", M, M * 64 * 128 * 8.0 + M * 32 * 8.0, t);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return 0;

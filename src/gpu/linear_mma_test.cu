@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu/linear.h"
@@ -62,6 +63,20 @@ struct Fp8Case {  // random bf16 weights quantized to FP8 blocks (block scales s
     for (uint8_t c : sc) ref.scale.push_back(numerics::e8m0_to_float(c));
   }
 };
+
+// Rows [first, first + n) of Q8 activations (q, qs) and of their fp32 source x through lin8 (w8,
+// s8) and through bf16 dense_linear (wb, no groups), rounded or not, downloaded: the sub-calls of
+// the batch-invariance tests.
+std::pair<std::vector<float>, std::vector<float>> lin8_and_dense_rows(const uint8_t* q, const float* qs,
+                                                                      const float* x, const uint8_t* w8,
+                                                                      const uint8_t* s8, const uint16_t* wb,
+                                                                      int64_t first, int64_t n, int64_t out,
+                                                                      int64_t in, bool round) {
+  DeviceBuffer<float> y8(n * out), yd(n * out);
+  lin8(q + first * in, qs + first * (in / 128), n, 1, w8, s8, out, in, nullptr, y8.get(), nullptr, round);
+  dense_linear(x + first * in, n, in, wb, true, out, in, 0, round, 0.0f, yd.get(), nullptr);
+  return {y8.download(), yd.download()};
+}
 
 class LinearTest : public ::testing::TestWithParam<LinShape> {};
 
@@ -136,8 +151,7 @@ TEST_P(LinearTest, DenseMatchesCpu) {
   }
   const float post = 0.375f;
   for (size_t i = 0; i < want_b.size(); ++i) want_s[i] = numerics::round_bf16(want_b[i] * post);
-  std::vector<uint16_t> bits;
-  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  const std::vector<uint16_t> bits = to_bf16_bits(w);
   auto dx = to_device(x);
   auto dwb = to_device(bits);
   auto dwf = to_device(w);
@@ -184,8 +198,7 @@ TEST(LinearBatchInvarianceTest, RowsDoNotDependOnTheCall) {
   const int64_t rows = 300, out = 1040, in = 1024, G = 4, opg = out / G;
   Fp8Case c(out, in, 41);
   const auto wb = random_bf16(out * in, 0.05f, 42);
-  std::vector<uint16_t> bits;
-  for (float v : wb) bits.push_back(numerics::float_to_bf16_bits(v));
+  const std::vector<uint16_t> bits = to_bf16_bits(wb);
   const auto x = random_bf16(rows * G * in, 1.0f, 43);
   auto dx = to_device(x), dxg = to_device(x);
   auto dw = to_device(c.codes), ds = to_device(c.sc);
@@ -212,22 +225,8 @@ TEST(LinearBatchInvarianceTest, RowsDoNotDependOnTheCall) {
                                               {100, 65},
                                               {37, 263}};
   for (const auto& [first, n] : subs) {
-    DeviceBuffer<float> s8(n * out), sd(n * out);
-    lin8(q.get() + first * in,
-         qs.get() + first * (in / 128),
-         n,
-         1,
-         dw.get(),
-         ds.get(),
-         out,
-         in,
-         nullptr,
-         s8.get(),
-         nullptr,
-         false);
-    dense_linear(
-        dx.get() + first * in, n, in, dwb.get(), true, out, in, 0, false, 0.0f, sd.get(), nullptr);
-    const auto g8 = s8.download(), gd = sd.download();
+    const auto [g8, gd] =
+        lin8_and_dense_rows(q.get(), qs.get(), dx.get(), dw.get(), ds.get(), dwb.get(), first, n, out, in, false);
     EXPECT_EQ(0, std::memcmp(g8.data(), full8.data() + first * out, n * out * sizeof(float)))
         << "lin8 " << first << "+" << n;
     EXPECT_EQ(0, std::memcmp(gd.data(), fulld.data() + first * out, n * out * sizeof(float)))
@@ -261,8 +260,7 @@ TEST(LinearBatchInvarianceTest, EveryTileGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
   const int64_t out = 1040, in = 1024, G = 4, gout = 1024, opg = gout / G;
   Fp8Case c(out, in, 91);
-  std::vector<uint16_t> bits;
-  for (float v : random_bf16(out * in, 0.05f, 92)) bits.push_back(numerics::float_to_bf16_bits(v));
+  const std::vector<uint16_t> bits = to_bf16_bits(random_bf16(out * in, 0.05f, 92));
   auto dw = to_device(c.codes), ds = to_device(c.sc);
   auto dwb = to_device(bits);
   for (const int64_t rows : {3, 13, 70}) {
@@ -330,8 +328,7 @@ TEST(LinearBatchInvarianceTest, SmallOutShapesDoNotDependOnTheCall) {
   for (const int64_t out : {int64_t{64}, int64_t{200}, int64_t{256}, int64_t{512}, int64_t{1024}}) {
     Fp8Case c(out, in, 51);
     const auto wb = random_bf16(out * in, 0.05f, 52);
-    std::vector<uint16_t> bits;
-    for (float v : wb) bits.push_back(numerics::float_to_bf16_bits(v));
+    const std::vector<uint16_t> bits = to_bf16_bits(wb);
     const auto x = random_bf16(rows * in, 1.0f, 53);
     auto dx = to_device(x);
     auto dw = to_device(c.codes), ds = to_device(c.sc);
@@ -346,32 +343,8 @@ TEST(LinearBatchInvarianceTest, SmallOutShapesDoNotDependOnTheCall) {
         {0, 1}, {39, 1}, {3, 5}, {11, 8}, {20, 9}, {24, 16}};
     for (const auto& [first, n] : subs) {
       for (int rep = 0; rep < 2; ++rep) {
-        DeviceBuffer<float> s8(n * out), sd(n * out);
-        lin8(q.get() + first * in,
-             qs.get() + first * (in / 128),
-             n,
-             1,
-             dw.get(),
-             ds.get(),
-             out,
-             in,
-             nullptr,
-             s8.get(),
-             nullptr,
-             true);
-        dense_linear(dx.get() + first * in,
-                     n,
-                     in,
-                     dwb.get(),
-                     true,
-                     out,
-                     in,
-                     0,
-                     true,
-                     0.0f,
-                     sd.get(),
-                     nullptr);
-        const auto g8 = s8.download(), gd = sd.download();
+        const auto [g8, gd] =
+            lin8_and_dense_rows(q.get(), qs.get(), dx.get(), dw.get(), ds.get(), dwb.get(), first, n, out, in, true);
         EXPECT_EQ(0, std::memcmp(g8.data(), full8.data() + first * out, n * out * sizeof(float)))
             << "lin8 out=" << out << " " << first << "+" << n << " rep " << rep;
         EXPECT_EQ(0, std::memcmp(gd.data(), fulld.data() + first * out, n * out * sizeof(float)))
@@ -390,9 +363,7 @@ TEST(DenseMultiTest, EqualsOneCallPerOutput) {
   const int64_t outs_n[] = {1024, 1024, 256, 200, 64};
   std::vector<DeviceBuffer<uint16_t>> ws;
   for (int j = 0; j < 5; ++j) {
-    std::vector<uint16_t> bits;
-    for (float v : random_bf16(outs_n[j] * in, 0.05f, 60 + j))
-      bits.push_back(numerics::float_to_bf16_bits(v));
+    const std::vector<uint16_t> bits = to_bf16_bits(random_bf16(outs_n[j] * in, 0.05f, 60 + j));
     ws.push_back(to_device(bits));
   }
   for (const int64_t rows : {1, 5, 16, 33, 64, 300}) {
@@ -481,8 +452,7 @@ TEST(DenseMultiTest, Fp32ActivationsKeepTheLowHalf) {
   std::vector<float> want(rows * out);
   for (int64_t r = 0; r < rows; ++r)
     ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
-  std::vector<uint16_t> bits;
-  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  const std::vector<uint16_t> bits = to_bf16_bits(w);
   auto dx = to_device(x);
   auto dw = to_device(bits);
   DeviceBuffer<float> y(rows * out);
@@ -514,8 +484,7 @@ TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
         for (int64_t o = 0; o < opg; ++o) want[r * out + g * opg + o] = yg[o];
       }
     }
-    std::vector<uint16_t> bits;
-    for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+    const std::vector<uint16_t> bits = to_bf16_bits(w);
     auto dx = to_device(x);
     auto dw = to_device(bits);
     DeviceBuffer<float> y(rows * out);

@@ -11,6 +11,7 @@
 #include "cpu/linear.h"
 #include "cpu/mhc.h"
 #include "gpu/cuda_check.h"
+#include "gpu/gpu_test_util.h"
 #include "gpu/ops.h"
 #include "numerics/formats.h"
 
@@ -40,8 +41,7 @@ TEST_P(SmallOutLinearTest, MatchesCpuFp32Linear) {
   std::vector<float> want(rows * out);
   for (int64_t r = 0; r < rows; ++r)
     ref.forward(std::span(x).subspan(r * in, in), std::span(want).subspan(r * out, out));
-  std::vector<uint16_t> bits;
-  for (float v : w) bits.push_back(numerics::float_to_bf16_bits(v));
+  const std::vector<uint16_t> bits = to_bf16_bits(w);
   auto dx = to_device(x);
   auto dwf = to_device(w);
   auto dwb = to_device(bits);

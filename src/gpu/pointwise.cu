@@ -110,7 +110,7 @@ unsigned blocks_for(int64_t total, int threads) { return static_cast<unsigned>((
 void head_rms_bf16_rows(float* x, int64_t rows, int len, float eps, cudaStream_t s) {
   if (rows == 0) return;
   prof::Launch pl("head_rms", double(rows) * len * 8, s, [&] { return std::string("rows=") + std::to_string(rows) + " " + "len=" + std::to_string(len); });
-  if (len % 4 == 0 && len <= 2048) {  // ≤ 32 KB of shared memory per block
+  if (head_rms_warp_kernel_fits(len)) {
     const size_t smem = size_t(kHeadRmsWarps) * len * sizeof(float);
     launch_pdl(head_rms_warp_kernel, blocks_for(rows, kHeadRmsWarps), kHeadRmsWarps * 32, smem, s, x, rows, len, eps);
   } else {

@@ -10,6 +10,21 @@
 
 namespace dsv4::gpu {
 
+// Host side: which kernel the single-op launchers take (a fused chain must take the same one to
+// give the same bits). rms_norm_rows: the register (vector) kernel with rms_norm_vec_per_thread
+// float4s per thread (0: it declines, the strided kernel runs) and rms_norm_vec_threads threads.
+inline int rms_norm_vec_per_thread(int64_t dim, bool aligned16) {
+  const int64_t per = (dim / 4 + 255) / 256;
+  return dim % 4 == 0 && per <= 4 && aligned16 ? static_cast<int>(per) : 0;
+}
+inline unsigned rms_norm_vec_threads(int64_t dim) {
+  const int64_t warps32 = ((dim / 4 + 31) / 32) * 32;
+  return static_cast<unsigned>(warps32 < 256 ? warps32 : 256);
+}
+// head_rms_bf16_rows: the warp-per-row kernel (len floats of shared memory per warp, ≤ 32 KB per
+// block) or, when false, the one-thread-per-row kernel.
+inline bool head_rms_warp_kernel_fits(int len) { return len % 4 == 0 && len <= 2048; }
+
 // RMSNorm of one row of dim fp32 values (dim % 4 == 0, dim ≤ VPT·4·blockDim.x, blockDim.x a
 // multiple of 32): thread t holds float4s t, t + blockDim.x, ... of the row in v (zeros past the
 // end); the double sum of squares is add_squares per thread then block_sum (a fixed order); on
