@@ -120,7 +120,15 @@ TEST(P2pAllReduce, GraphReplaysWithNewInputs) {
 TEST(P2pAllReduce, TpGroupUsesItForSmallMessagesAndNcclAbove) {
   if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
   {
-    TpGroup nccl_only(kRanks);  // the default: NCCL for every size
+    TpGroup by_default(kRanks);  // the default: one-shot up to kOneShotMaxFloats, NCCL above
+    EXPECT_TRUE(by_default.uses_one_shot(4096));
+    EXPECT_TRUE(by_default.uses_one_shot(TpGroup::kOneShotMaxFloats));
+    EXPECT_FALSE(by_default.uses_one_shot(TpGroup::kOneShotMaxFloats + 1));
+  }
+  {
+    setenv("DSV4_TP_ALLREDUCE", "nccl", 1);
+    TpGroup nccl_only(kRanks);  // DSV4_TP_ALLREDUCE=nccl: NCCL for every size
+    unsetenv("DSV4_TP_ALLREDUCE");
     EXPECT_FALSE(nccl_only.uses_one_shot(4096));
   }
   setenv("DSV4_TP_ALLREDUCE", "p2p", 1);
