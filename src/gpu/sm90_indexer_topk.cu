@@ -17,11 +17,13 @@
 // order, then the lane quad adds its 4 partials (a fixed tree; the CPU adds in head order:
 // equal whenever the fp32 sum is exact, which FP4-simulated operands make the rule — tested
 // ≤ 0.1% keys differing), the total is rounded to bf16 and stored as an order-preserving
-// 16-bit key. The CTA also adds a 256-bin histogram of the keys' high bytes into a per-row
-// global histogram. (Measured and dropped, docs/attention-decode.md round 3: a wgmma
+// 16-bit key. The CTA also writes the 256-bin histogram of its keys' high bytes to its own
+// slice of the workspace (every CTA of the grid writes all 256 bins, zeros included: no memset
+// node and no global atomics; the selection sums a row's slices). (Measured and dropped, docs/attention-decode.md round 3: a wgmma
 // m64n64k16 scan — 64 keys × 64 heads per warpgroup, both operands in smem, 1–4 warpgroups,
 // 3–8 stages — at 38–50% of HBM; 3 stages, and bulk L2 prefetches 2–4 blocks ahead: no gain.)
-// Kernel 2 (select): one CTA of 1024 threads per row. From the high-byte histogram it finds the
+// Kernel 2 (select): one CTA of 1024 threads per row. It sums the row's histogram slices (integer
+// counts: any order gives the same totals). From that high-byte histogram it finds the
 // bin holding the k-th largest key (a block scan over the 256 bins, threshold_bin), a second
 // pass histograms the low bytes inside that bin, giving the exact threshold key T and the number of ties at T to take. A third pass, in id
 // order (thread i owns the i-th contiguous id range), takes every key > T and the lowest-id
@@ -125,12 +127,16 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
                  uint32_t* __restrict__ hist_out) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
-  pdl_wait();  // q, weights, keys and the histogram reset come from earlier work
+  pdl_wait();  // q, weights and keys come from earlier work
   pdl_trigger();
   const int r = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int visible = row_visible(a, r);
   const int blocks = (visible + kKeysPerCta - 1) / kKeysPerCta;
-  if (int(blockIdx.x) >= blocks) return;
+  uint32_t* hist_slice = hist_out + (int64_t(r) * gridDim.x + blockIdx.x) * 256;
+  if (int(blockIdx.x) >= blocks) {  // no keys of this row: an empty slice
+    hist_slice[tid] = 0;
+    return;
+  }
   const int HI = a.heads, head_pairs = (HI + 15) >> 4;  // 16-head MMA tiles that run
   const int64_t q_off = int64_t(r) * HI * kIndexDim;
   for (int i = tid; i < head_pairs * 16 * kIndexDim / 8; i += kScoreThreads) {
@@ -225,7 +231,7 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
   }
   cp_async_wait_all();
   __syncthreads();
-  if (sm.hist[tid] != 0) atomicAdd(&hist_out[r * 256 + tid], sm.hist[tid]);
+  hist_slice[tid] = sm.hist[tid];
 }
 
 // The bin holding the K-th largest key: the largest b with above0 + Σ_{b' ≥ b} cnt[b'] ≥ K
@@ -266,9 +272,9 @@ __device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
 
 __global__ void __launch_bounds__(kSelectThreads)
     select_kernel(const __grid_constant__ IndexerArgs a, const uint16_t* __restrict__ keys_in,
-                  const uint32_t* __restrict__ hist_in) {
+                  const uint32_t* __restrict__ hist_in, int slices) {
   __shared__ uint64_t sel[kIndexTopk];
-  __shared__ uint32_t hist2[256];
+  __shared__ uint32_t hist1[256], hist2[256];
   __shared__ int warp_tot[kSelectThreads / 32];
   __shared__ int s_nsel, s_thresh, s_need;
   pdl_wait();  // the score kernel's keys and histogram
@@ -278,7 +284,12 @@ __global__ void __launch_bounds__(kSelectThreads)
   const uint16_t* keys = keys_in + int64_t(r) * indexer_score_stride(a.max_visible);
   const int take = visible < K ? visible : K;
   for (int i = tid; i < kIndexTopk; i += kSelectThreads) sel[i] = 0;
-  if (tid < 256) hist2[tid] = 0;
+  if (tid < 256) {
+    hist2[tid] = 0;
+    uint32_t n = 0;  // the row's score CTAs' slices (bin tid)
+    for (int sl = 0; sl < slices; ++sl) n += hist_in[(int64_t(r) * slices + sl) * 256 + tid];
+    hist1[tid] = n;
+  }
   if (tid == 0) s_nsel = 0;
   __syncthreads();
   if (visible <= K) {
@@ -286,7 +297,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   } else {
     // Threshold bin of the high byte, then of the low byte inside it.
     __shared__ int s_b1, s_above, scan[8];
-    threshold_bin(hist_in + r * 256, 0, K, scan, &s_b1, &s_above);
+    threshold_bin(hist1, 0, K, scan, &s_b1, &s_above);
     const int b1 = s_b1;
     // Thread tid owns ids [c0, c1) (multiples of 8: 16-byte loads, id order across threads).
     const int per = (visible + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
@@ -361,10 +372,6 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 }  // namespace
 
-size_t indexer_workspace_bytes(int rows, int max_visible) {
-  return keys_bytes(rows, max_visible) + size_t(rows) * 256 * sizeof(uint32_t);
-}
-
 namespace {
 
 int num_sms() {
@@ -376,18 +383,28 @@ int num_sms() {
   return sms[dev];
 }
 
-// One CTA per SM (≈ 155 KB smem): floor(SMs / rows) CTAs per row, at most one per block.
-void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, cudaStream_t stream) {
+// Score CTAs per row (one CTA per SM, ≈ 155 KB smem): floor(SMs / rows), at most one per
+// 256-key block; 0 when no row has a visible key (no scan). rows · slices ≤ max(rows, SMs).
+int scan_slices(int rows, int max_visible) {
+  const int blocks = (max_visible + kKeysPerCta - 1) / kKeysPerCta;
+  return std::min(blocks, std::max(1, num_sms() / rows));
+}
+
+void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(ScoreSmem))));
   });
-  const int blocks = (a.max_visible + kKeysPerCta - 1) / kKeysPerCta;
-  dim3 grid(unsigned(std::min(blocks, std::max(1, num_sms() / a.rows))), unsigned(a.rows));
-  launch_pdl(score_kernel, grid, dim3(kScoreThreads), sizeof(ScoreSmem), stream, a, keys, hist);
+  launch_pdl(score_kernel, dim3(unsigned(slices), unsigned(a.rows)), dim3(kScoreThreads), sizeof(ScoreSmem), stream, a,
+             keys, hist);
 }
 
 }  // namespace
+
+size_t indexer_workspace_bytes(int rows, int max_visible) {
+  return keys_bytes(rows, max_visible) + size_t(rows) * size_t(std::max(scan_slices(rows, max_visible), 0)) * 256 *
+                                             sizeof(uint32_t);
+}
 
 void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   if (a.rows == 0) return;
@@ -401,11 +418,11 @@ void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   uint16_t* keys = static_cast<uint16_t*>(workspace);
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) +
                                                keys_bytes(a.rows, a.max_visible));
-  CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(a.rows) * 256 * sizeof(uint32_t), stream));
-  if (a.max_visible > 0) launch_scan(a, keys, hist, stream);
+  const int slices = a.max_visible > 0 ? scan_slices(a.rows, a.max_visible) : 0;
+  if (slices > 0) launch_scan(a, keys, hist, slices, stream);
   if (a.scores_only) return;
   launch_pdl(select_kernel, dim3(unsigned(a.rows)), dim3(kSelectThreads), 0, stream, a,
-             static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(hist));
+             static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(hist), slices);
 }
 
 }  // namespace dsv4::gpu::sm90

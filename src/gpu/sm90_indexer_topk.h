@@ -54,7 +54,9 @@ struct IndexerArgs {
 };
 
 // Scratch for one call: order-preserving 16-bit score keys [rows, stride] and a 256-bin
-// histogram per row.
+// histogram slice per score CTA (written whole by the scan, summed by the selection: the
+// workspace needs no zeroing). Bytes grow with rows and max_visible, so a workspace sized for
+// upper bounds serves every smaller call.
 size_t indexer_workspace_bytes(int rows, int max_visible);
 
 // Order-preserving key of a bf16 score (larger score → larger key) and its inverse, exposed
