@@ -251,7 +251,7 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
                       config_.qk_rope_head_dim / 2, cache, stream_);
 }
 
-GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos,
+GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos,
                                          const float* rope, const DecodeLayerCache* ring) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
@@ -266,10 +266,13 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, int
   r.q = grow(s.q, n * H * d);
   float* tkv = grow(s.tkv, n * d);
   r.kv = grow(s.kv, n * d);
-  quantize_q8_rows(x, n, D, r.qa, r.sa, stream_);
+  if (xq.codes == nullptr) {
+    quantize_q8_rows(x, n, D, r.qa, r.sa, stream_);
+    xq = XQ8{.codes = r.qa, .scales = r.sa};
+  }
   const Lin8Out qkv[2] = {{.w = w.wq_a.w.get(), .ws = w.wq_a.s.get(), .out = ql, .y = tq},
                          {.w = w.wkv.w.get(), .ws = w.wkv.s.get(), .out = d, .y = tkv}};
-  lin8_multi(r.qa, r.sa, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
+  lin8_multi(xq.codes, xq.scales, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
   rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
   head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs,
@@ -401,7 +404,7 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
 }
 
 void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,
-                     const std::function<void(const float* x, float* out)>& attend) {
+                     const std::function<void(const float* x, XQ8 xq, float* out)>& attend) {
   Workspace& s = *active_ws_;
   const int hc = config_.hc_mult;
   const int64_t D = config_.hidden_size, M = int64_t{hc} * (2 + hc);
@@ -413,10 +416,14 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
   float* comb = grow(s.comb, n * hc * hc);
   float* mixes = grow(s.mixes, n * M);
   float* sub = grow(s.sub, n * D);
-  auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm) {
+  // want_q8: also x's Q8 (the attention's first lin8 input), returned when the fused kernel ran.
+  auto pre = [&](const HcW& hw, const DeviceBuffer<float>& norm, bool want_q8) -> XQ8 {
     // Projection partials + one fused kernel (mixes, Sinkhorn, stream sum, RMSNorm) per block of
     // rows — every row count takes the same kernels, so chunked and batched calls agree bitwise.
     if (M <= kSmallOutMax && hc_pre_norm_applies(hp, D, streams, x, norm.get())) {
+      const bool q8 = want_q8 && D % 128 == 0;
+      uint8_t* xq = q8 ? grow(s.xq, n * D) : nullptr;
+      float* xs = q8 ? grow(s.xs, n * D / 128) : nullptr;
       for (int64_t r0 = 0; r0 < n; r0 += kSmallOutRowBlock) {
         const int64_t rows = std::min<int64_t>(kSmallOutRowBlock, n - r0);
         const int64_t need = small_out_linear_workspace(rows, M, hc * D);
@@ -425,20 +432,22 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
         const int64_t chunks =
             small_out_linear_partials(st, rows, hc * D, hw.fn.w.get(), hw.fn.bf16, M, hc * D, parts, need, stream_);
         const bool launched = hc_pre_norm(st, parts, chunks, rows, D, hw.scale.get(), hw.base.get(), hp,
-                                          norm.get(), x + r0 * D, post + r0 * hc, comb + r0 * hc * hc, stream_);
+                                          norm.get(), x + r0 * D, post + r0 * hc, comb + r0 * hc * hc, stream_,
+                                          q8 ? xq + r0 * D : nullptr, q8 ? xs + r0 * D / 128 : nullptr);
         DSV4_CHECK(launched, "hc_pre_norm refused a row block of an accepted call");
       }
-      return;
+      return XQ8{.codes = xq, .scales = xs};
     }
     hc_projection(streams, n, hw.fn, M, hc * D, s.hc_parts, mixes, stream_);
     hc_pre_finish(streams, mixes, n, D, hw.scale.get(), hw.base.get(), hp, mixed, post, comb, stream_);
     rms_norm_rows(mixed, norm.get(), n, D, eps, x, stream_);
+    return XQ8{};
   };
-  pre(w.hc_attn, w.attn_norm);
+  const XQ8 xq = pre(w.hc_attn, w.attn_norm, true);
   const bool summed = tp_size_ > 1;  // sub is then an unrounded all-reduce result
-  attend(x, sub);
+  attend(x, xq, sub);
   hc_post(sub, post, comb, n, D, hc, summed, streams, stream_);
-  pre(w.hc_ffn, w.ffn_norm);
+  pre(w.hc_ffn, w.ffn_norm, false);
   moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
   tp_reduce(sub, n * D);
   hc_post(sub, post, comb, n, D, hc, summed, streams, stream_);
@@ -447,8 +456,8 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
 void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
                              int64_t start_pos, int64_t n, int64_t window_len, float* streams) {
   const int ratio = config_.compress_ratio(layer);
-  block(w, layer, ids, n, streams, [&](const float* x, float* out) {
-    attention(w.attn, ratio, cache, x, n, start_pos, window_len, out);
+  block(w, layer, ids, n, streams, [&](const float* x, XQ8 xq, float* out) {
+    attention(w.attn, ratio, cache, x, xq, n, start_pos, window_len, out);
   });
 }
 

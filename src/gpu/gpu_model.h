@@ -175,10 +175,16 @@ class GpuModel {
   static GpuSequenceState& shard_state(GpuSequenceState& state, int rank);
 
   struct Workspace;
-  // One block on n rows of streams [n, hc, D] (in place): mHC pre, attend(x, out) (the
+  // The Q8 of a block's attention input x [n, D] (quantize_q8_rows layout: codes [n, D] e4m3,
+  // scales [n, D/128]) when mHC pre wrote it alongside x; codes == nullptr: not available.
+  struct XQ8 {
+    const uint8_t* codes = nullptr;
+    const float* scales = nullptr;
+  };
+  // One block on n rows of streams [n, hc, D] (in place): mHC pre, attend(x, xq, out) (the
   // prefill or the decode attention), mHC post, then the same around the MoE.
   void block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,
-             const std::function<void(const float* x, float* out)>& attend);
+             const std::function<void(const float* x, XQ8 xq, float* out)>& attend);
   // Attention step 1 (q and window-KV paths) on n rows of x [n, D]: Q8, wq_a/wkv, q_norm + Q8,
   // wq_b, head RMS + RoPE of q, kv_norm + RoPE + Q8 simulation of kv's no-rope part (fused_rows.cu)
   // at the rows' positions `pos` (one per row of x, q's heads share it; prefill: pos0 = start_pos;
@@ -192,7 +198,8 @@ class GpuModel {
   };
   // ring: decode on the sm_90a path — the same launch also writes each row's kv into its window
   // ring entry (decode_kv_rows_to_ring; pos.positions set); null: the caller updates the ring.
-  QkvRows project_qkv(const AttentionW& w, const float* x, int64_t n, RowPositions pos, const float* rope,
+  // xq: x's Q8 when the caller has it (skips the quantize launch), else computed here.
+  QkvRows project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos, const float* rope,
                       const DecodeLayerCache* ring);
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
@@ -201,7 +208,7 @@ class GpuModel {
                      int64_t start_pos, int64_t n, int64_t window_len, float* streams);
   // Prefill / forward attention (gpu_model_prefill_attn.cpp): the plain kernels (ops.h) or, on
   // attn_path_ == kSm90, the sm_90a ones through the two helpers below.
-  void attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, int64_t n,
+  void attention(const AttentionW& w, int ratio, GpuLayerCache& cache, const float* x, XQ8 xq, int64_t n,
                  int64_t start_pos, int64_t window_len, float* out);
   // sm_90a prefill, rows = the n positions start_pos.. of one sequence (pos: device [n]).
   // Indexer: iq [n, HI, dh], iw [n, HI] against the fp32 keys → sel [n, index_topk] (−1
@@ -229,7 +236,8 @@ class GpuModel {
   struct DecodeGraph;
   void decode_pass(const DecodeStep& step);
   void block_decode(const BlockW& w, int layer, const DecodeStep& step, float* streams);
-  void attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x, float* out);
+  void attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x, XQ8 xq,
+                        float* out);
   // pkv / psc: the compressor's kv and gate projections of this step's rows [rows, width].
   void compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* pkv, const float* psc,
                        bool indexer);

@@ -259,8 +259,8 @@ void GpuModel::decode_pass(const DecodeStep& step) {
 
 void GpuModel::block_decode(const BlockW& w, int layer, const DecodeStep& step, float* streams) {
   const int ratio = config_.compress_ratio(layer);
-  block(w, layer, step.ids, step.rows, streams, [&](const float* x, float* out) {
-    attention_decode(w.attn, layer, ratio, step, x, out);
+  block(w, layer, step.ids, step.rows, streams, [&](const float* x, XQ8 xq, float* out) {
+    attention_decode(w.attn, layer, ratio, step, x, xq, out);
   });
 }
 
@@ -283,7 +283,7 @@ void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep
 }
 
 void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x,
-                                float* out) {
+                                XQ8 xq, float* out) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank, n = step.rows;
@@ -292,7 +292,8 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   const DecodeLayerCache* caches = step.caches + layer * n;
   // 1. q and window-KV paths (attention()'s, RoPE at each row's own position).
   const bool ring_here = attn_path_ == DecodeAttnPath::kSm90;  // its attention reads the ring after the update
-  const QkvRows p = project_qkv(w, x, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr);
+  const QkvRows p =
+      project_qkv(w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;

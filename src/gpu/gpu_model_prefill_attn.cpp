@@ -24,6 +24,7 @@ void GpuModel::attention(const AttentionW& w,
                          int ratio,
                          GpuLayerCache& cache,
                          const float* x,
+                         XQ8 xq,
                          int64_t n,
                          int64_t start_pos,
                          int64_t window_len,
@@ -35,7 +36,7 @@ void GpuModel::attention(const AttentionW& w,
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const bool sm90 = attn_path_ == DecodeAttnPath::kSm90;
   // 1. q and window-KV paths.
-  const QkvRows p = project_qkv(w, x, n, RowPositions{.pos0 = start_pos}, rope, nullptr);
+  const QkvRows p = project_qkv(w, x, xq, n, RowPositions{.pos0 = start_pos}, rope, nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;

@@ -24,8 +24,8 @@ T* grow(DeviceBuffer<T>& b, int64_t count) {
 struct GpuModel::Workspace {
   DeviceBuffer<int32_t> ids, eids, esel, sel, sel_count;
   DeviceBuffer<float> streams, mixed, x, post, comb, mixes, sub;
-  DeviceBuffer<uint8_t> qa, qb;
-  DeviceBuffer<float> sa, sb;
+  DeviceBuffer<uint8_t> qa, qb, xq;  // xq/xs: Q8 of the attention input x (mHC pre writes it)
+  DeviceBuffer<float> sa, sb, xs;
   DeviceBuffer<float> tq, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iproj_kv, iproj_sc, iq, iw, scores;
   DeviceBuffer<float> craw;  // the attention compressor's raw entries before the FP8 encode
   DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;

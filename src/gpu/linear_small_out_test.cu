@@ -205,6 +205,18 @@ TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
   }
   EXPECT_LE(differ, int64_t(gx.size() / 1000) + 1);
   EXPECT_LE(worst_cpu, 1.0 / 128);
+  // With the Q8 output: x unchanged, codes and scales bit-equal to quantize_q8_rows(x).
+  DeviceBuffer<float> xb(n * D), postb(n * hc), combb(n * hc * hc), scales(n * D / 128), want_scales(n * D / 128);
+  DeviceBuffer<uint8_t> codes(n * D), want_codes(n * D);
+  ASSERT_TRUE(hc_pre_norm(ds.get(), ws.get(), chunks, n, D, dsc.get(), db.get(), hp, dn.get(), xb.get(), postb.get(),
+                          combb.get(), nullptr, codes.get(), scales.get()));
+  quantize_q8_rows(xb.get(), n, D, want_codes.get(), want_scales.get(), nullptr);
+  const auto gxb = xb.download();
+  EXPECT_EQ(0, std::memcmp(gxb.data(), gx.data(), gx.size() * sizeof(float)));
+  const auto gq = codes.download(), wq = want_codes.download();
+  const auto gs = scales.download(), wsc = want_scales.download();
+  EXPECT_EQ(0, std::memcmp(gq.data(), wq.data(), gq.size()));
+  EXPECT_EQ(0, std::memcmp(gs.data(), wsc.data(), gs.size() * sizeof(float)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes,

@@ -14,6 +14,7 @@
 #include "gpu/ops.h"
 #include "gpu/pdl.cuh"
 #include "gpu/profiler.h"
+#include "gpu/row_ops.cuh"
 
 namespace dsv4::gpu {
 namespace {
@@ -185,14 +186,16 @@ __device__ void sinkhorn_split_warp(const float* mixes_raw_t, float rs, const fl
 // Optional fusions (nullptr = off): parts/chunks — the raw mixes arrive as small_out_linear
 // partial sums [chunks, n, M] and are reduced here with the same warp order (same bits);
 // norm_w — x is written as RMSNorm_w(mixed) (rms_norm_rows' formula, eps = p.norm_eps) instead of
-// mixed itself.
+// mixed itself; codes/scales (dim % 128 == 0) — also the Q8 of the written x (quantize_q8_rows'
+// blocks: float4 k of a warp covers one 128-value block, lane l its values 4l..4l+3).
 template <bool kHead>
 __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __restrict__ streams,
                                                              const float* __restrict__ mixes_raw, int64_t dim,
                                                              const float* scale, const float* base, HcDeviceParams p,
                                                              float* x, float* post, float* comb,
                                                              const double* __restrict__ parts, int64_t chunks,
-                                                             const float* __restrict__ norm_w) {
+                                                             const float* __restrict__ norm_w, uint8_t* codes,
+                                                             float* scales) {
   pdl_wait();
   pdl_trigger();
   __shared__ double red[32];
@@ -261,13 +264,18 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
 #pragma unroll
   for (int q = 0; q < kFastVpt; ++q) {
     const int64_t k = threadIdx.x + int64_t(q) * kFastData;
-    if (k >= nvec) continue;
-    if (norm_w == nullptr) {
-      xo[k] = m[q];
-    } else {
+    if (k >= nvec) continue;  // warp-uniform when dim % 128 == 0 (the Q8 case)
+    float4 o = m[q];
+    if (norm_w != nullptr) {
       const float4 wv = __ldg(reinterpret_cast<const float4*>(norm_w) + k);
-      xo[k] = make_float4(round_bf16(wv.x * (m[q].x * rn)), round_bf16(wv.y * (m[q].y * rn)),
-                          round_bf16(wv.z * (m[q].z * rn)), round_bf16(wv.w * (m[q].w * rn)));
+      o = make_float4(round_bf16(wv.x * (m[q].x * rn)), round_bf16(wv.y * (m[q].y * rn)),
+                      round_bf16(wv.z * (m[q].z * rn)), round_bf16(wv.w * (m[q].w * rn)));
+    }
+    xo[k] = o;
+    if (codes != nullptr) {
+      const float ov[4] = {o.x, o.y, o.z, o.w};
+      const int64_t blk = k / 32;  // 128-value block of float4 k
+      q8_quantize_block_warp(ov, threadIdx.x & 31, codes + t * dim + blk * 128, scales + t * (dim / 128) + blk);
     }
   }
 }
@@ -309,7 +317,7 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
                   [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   if (hc_fast_ok(p.hc, dim, streams, x))
     launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, mixes_raw, dim, scale,
-               base, p, x, post, comb, nullptr, int64_t{0}, nullptr);
+               base, p, x, post, comb, nullptr, int64_t{0}, nullptr, nullptr, nullptr);
   else
     launch_pdl(hc_pre_kernel, static_cast<unsigned>(n), 256, 0, s, streams, mixes_raw, dim, scale, base, p, x, post, comb);
 }
@@ -321,13 +329,20 @@ bool hc_pre_norm_applies(const HcDeviceParams& p, int64_t dim, const void* strea
 
 bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
                  const float* scale, const float* base, const HcDeviceParams& p, const float* norm_w, float* x,
-                 float* post, float* comb, cudaStream_t s) {
+                 float* post, float* comb, cudaStream_t s, uint8_t* x_codes, float* x_scales) {
+  DSV4_CHECK((x_codes == nullptr) == (x_scales == nullptr) && (x_codes == nullptr || dim % 128 == 0),
+             "hc_pre_norm: Q8 output needs codes and scales and dim % 128 == 0 (dim ", dim, ")");
   if (n == 0) return true;
   if (!hc_pre_norm_applies(p, dim, streams, x, norm_w)) return false;
-  prof::Launch pl("hc_pre", double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(chunks) * n * p.hc * (2 + p.hc) * 8,
-                  s, [&] { return std::string("n=") + std::to_string(n) + " dim=" + std::to_string(dim) + " +mix +norm"; });
+  const double q8_bytes = x_codes != nullptr ? double(n) * dim * (1.0 + 4.0 / 128) : 0.0;
+  prof::Launch pl("hc_pre",
+                  double(n) * p.hc * dim * 4 + double(n) * dim * 4 + double(chunks) * n * p.hc * (2 + p.hc) * 8 + q8_bytes,
+                  s, [&] {
+                    return std::string("n=") + std::to_string(n) + " dim=" + std::to_string(dim) + " +mix +norm" +
+                           (x_codes != nullptr ? " +q8" : "");
+                  });
   launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, nullptr, dim, scale, base, p,
-             x, post, comb, parts, chunks, norm_w);
+             x, post, comb, parts, chunks, norm_w, x_codes, x_scales);
   return true;
 }
 
@@ -346,7 +361,7 @@ void hc_head_finish(const float* streams, const float* mixes_raw, int64_t n, int
   prof::Launch pl("hc_head", double(n) * p.hc * dim * 4 + double(n) * dim * 4, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
   if (hc_fast_ok(p.hc, dim, streams, y))
     launch_pdl(hc_fast_kernel<true>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, mixes_raw, dim, scale,
-               base, p, y, nullptr, nullptr, nullptr, int64_t{0}, nullptr);
+               base, p, y, nullptr, nullptr, nullptr, int64_t{0}, nullptr, nullptr, nullptr);
   else
     launch_pdl(hc_head_kernel, static_cast<unsigned>(n), 256, 0, s, streams, mixes_raw, dim, scale, base, p, y);
 }

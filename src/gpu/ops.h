@@ -141,11 +141,13 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
 // fast path): the raw mixes come as small_out_linear_partials output (parts [chunks, n, M]),
 // reduced with small_out_linear's order (same bits), and x = RMSNorm_norm_w(mixed) by
 // rms_norm_rows' formula (eps = p.norm_eps; its double sum of squares in another fixed order) —
-// one launch instead of three. Returns false,
+// one launch instead of three. Optional x_codes / x_scales (both or neither; dim % 128 == 0):
+// also the Q8 of x as quantize_q8_rows(x) writes it (codes [n, dim] e4m3, scales [n, dim/128]),
+// which saves the next lin8's quantize launch. Returns false,
 // launching nothing, when the fast path does not apply (the caller runs the three steps).
 bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
                  const float* scale, const float* base, const HcDeviceParams& p, const float* norm_w, float* x,
-                 float* post, float* comb, cudaStream_t s);
+                 float* post, float* comb, cudaStream_t s, uint8_t* x_codes = nullptr, float* x_scales = nullptr);
 // Whether hc_pre_norm takes these arguments (hc = 4, dim within the fast kernel, 16-byte
 // aligned streams / x / norm_w); row offsets that keep the alignment keep the answer.
 bool hc_pre_norm_applies(const HcDeviceParams& p, int64_t dim, const void* streams, const void* x,
