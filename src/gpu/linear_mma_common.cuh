@@ -1,0 +1,84 @@
+// Shared by the tensor-core linear kernels (linear_mma.cu: the register-fed decode tiles;
+// linear_mma_staged.cu: the shared-memory-staged tiles for many rows): launch arguments and the
+// MMA / conversion primitives. Internal to those two files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/linear_mma.h"
+
+namespace dsv4::gpu::mma::detail {
+
+constexpr int kWarps = 8;
+
+enum class Wt { kFp8, kBf16 };
+
+struct Args {
+  const void* x;       // lin8: e4m3 [rows / x_row_div, in]; dense: fp32 [rows, x_stride]
+  const float* xs;     // lin8: [rows / x_row_div, in / 128]
+  int x_row_div;       // lin8
+  int64_t x_stride;    // dense
+  const void* w;       // [out, in]
+  const uint8_t* ws;   // lin8: [ceil(out / 128), in / 128]
+  int64_t rows, out, in;
+  int64_t opg;         // output rows per group (out when not grouped)
+  int64_t tiles_per_group;
+  bool round;          // lin8 round_out / dense round_bf16
+  float post_scale;    // dense
+  float* y;            // [rows, out]
+  // nseg > 0: several weights over the same x; seg[j] owns tiles [tile0, next tile0) of blockIdx.y
+  // and replaces w / out / opg / y / round / post_scale for them.
+  bool prefetch;       // launched under programmatic dependent launch: prefetch weights before pdl_wait
+  int nseg;
+  struct Seg {
+    const void* w;
+    const uint8_t* ws;  // lin8
+    int64_t out, tile0;
+    float* y;
+    bool round;
+    float post_scale;
+  } seg[kMaxDenseSegments];
+};
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 codes (low byte = lower k) → f16x2 (low half = lower k); exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4* v, int q) {
+  const uint4& u = v[q >> 2];
+  const int j = q & 3;
+  return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
+}
+
+// The shared-memory-staged kernel (linear_mma_staged.cu) for calls of more than kStagedMinRows
+// rows: the same bits as the register-fed tiles (linear_mma.h numerics). Returns false, launching
+// nothing, when it does not take the call (groups not a multiple of its 128-row output tile).
+constexpr int64_t kStagedMinRows = 65;
+template <Wt WT>
+bool launch_staged(const Args& a, cudaStream_t s);
+
+}  // namespace dsv4::gpu::mma::detail
