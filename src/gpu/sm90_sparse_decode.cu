@@ -15,8 +15,9 @@
 // first tile's ids are loaded together (one dependent round trip less when the row is full);
 // with one head tile the Q copy is issued first too. Per 64-candidate tile: dequant raw → Ks; S = Q·Kᵀ (mma m16n8k16; each score = two k-half
 // chains added; work units spread over the warps and SM sub-partitions by the CTA's head tiles,
-// qk_tile); online softmax per head (8 threads per head: block max, α = e^(m−m'),
-// p = e^(s−m'), l = fma(l, α, Σp) with unrounded p, P rounded to bf16); O = α·O + P·V (the
+// qk_tile); online softmax per head (softmax_tile: 32 / 16 / 8 threads per head for NT 4 / 8 /
+// 16; block max, α = e^(m−m'), p = e^(s−m'), l = fma(l, α, Σp) with unrounded p, P rounded to
+// bf16); O = α·O + P·V (the
 // kernel instantiation NT = 16 / 8 / 4 for CTAs of ≤ 4 / 2 / 1 head tiles gives each warp
 // 8·NT dims of one tile, so all 16 warps work with one tile; B fragments via ldmatrix.trans).
 // Units past the tile's valid count are skipped, so short chunks cost little. Invalid (−1) candidates
@@ -39,6 +40,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstddef>
+#include <type_traits>
 
 #include "base/check.h"
 #include "gpu/cuda_check.h"
@@ -181,43 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (first) probe_mark<kProbe>(sm, 5);
 
-    // Online softmax: 8 threads per head, 8 candidates each; s = (Σ k parts in order)·scale.
-    {
-      const int h = tid >> 3, sub = tid & 7;
-      constexpr int kparts = kQkParts<NT>;
-      const int rows = head_tiles * 16;
-      const bool live = h < rows;
-      float sv[8], bmax = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int c = sub * 8 + i;
-        sv[i] = -INFINITY;
-        if (live && sm.valid[c] != 0) {
-          const float* sc = sm.s + h * kSS + c;
-          sv[i] = (kparts == 2 ? sc[0] + sc[rows * kSS] : sc[0]) * a.scale;
-        }
-        bmax = fmaxf(bmax, sv[i]);
-      }
-      for (int off = 1; off < 8; off <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(~0u, bmax, off));
-      const float m_old = sm.m[h];
-      const float m_new = fmaxf(m_old, bmax);
-      const bool none = m_new == -INFINITY;
-      const float alpha = none ? 1.0f : __expf(m_old - m_new);
-      float psum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float p = (none || sv[i] == -INFINITY) ? 0.0f : __expf(sv[i] - m_new);
-        psum += p;
-        sm.p[h * kPS + sub * 8 + i] = __float2bfloat16_rn(p);
-      }
-      for (int off = 1; off < 8; off <<= 1) psum += __shfl_xor_sync(~0u, psum, off);
-      __syncwarp();
-      if (sub == 0) {
-        sm.l[h] = fmaf(sm.l[h], alpha, psum);
-        sm.m[h] = m_new;
-        sm.alpha[h] = alpha;
-      }
-    }
+    // Online softmax per head (softmax_tile).
+    softmax_tile<NT>(sm, head_tiles, a.scale);
     __syncthreads();
     if (first) probe_mark<kProbe>(sm, 6);
 

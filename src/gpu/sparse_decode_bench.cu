@@ -9,7 +9,8 @@
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
-// Usage: gpu_sparse_decode_bench [indexer]   (indexer: only the indexer rows)
+// Usage: gpu_sparse_decode_bench [indexer | decode]   (indexer: only the indexer rows; decode:
+// only the automatic-plan attention rows at B = 1 and 8)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -296,6 +297,18 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamSynchronize(s));
   if (argc > 1 && std::string(argv[1]) == "indexer") {
     indexer_rows(s, keys.get(), peak);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "decode") {  // the automatic-plan decode rows (B = 1, 8)
+    for (int h : {64, 32}) attention_case(s, pool, peak, "CSA", 1, 128, 512, false, 16, h, 0, 0, true);
+    attention_case(s, pool, peak, "SWA", 1, 128, 0, false, 16, kHeads, 0, 0, true);
+    attention_case(s, pool, peak, "SWA", 1, 128, 0, false, 16, 32);
+    attention_case(s, pool, peak, "HCA", 1, 128, 8192 / 128, true, 16, kHeads, 0, 0, true);
+    attention_case(s, pool, peak, "HCA", 1, 128, 65536 / 128, true);
+    for (int h : {64, 32}) attention_case(s, pool, peak, "CSA", 8, 128, 512, false, 16, h);
+    attention_case(s, pool, peak, "SWA", 8, 128, 0, false);
+    attention_case(s, pool, peak, "HCA", 8, 128, 8192 / 128, true);
     CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
