@@ -48,6 +48,7 @@
 #include "gpu/kv_fp8.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/sm90_sparse_decode.cuh"
+#include "gpu/sm90_sparse_decode_ws.cuh"
 #include "gpu/sparse_decode.h"
 
 namespace dsv4::gpu::sm90 {
@@ -321,6 +322,10 @@ void launch(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspac
              "sparse decode: ", p.head_groups, " head groups of ", p.group_tiles, " tiles");
   DSV4_CHECK(p.chunk_align == (p.cluster > 1 ? 8 : 16), "sparse decode: chunk_align ", p.chunk_align,
              " with cluster ", p.cluster);
+  if (p.warp_specialized && probe == nullptr) {  // many rows: sm90_sparse_decode_ws.cu
+    sparse_decode_ws(a, p, workspace, stream);
+    return;
+  }
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
     DSV4_CHECK(set_kernel_attributes(), "sparse decode: cudaFuncSetAttribute failed");

@@ -45,6 +45,8 @@ constexpr int kSplitTile = 64;
 constexpr int kMaxSplits = 256;
 constexpr int kMaxCluster = 16;
 constexpr int kClusterMaxChunk = 128;
+// Fewest rows (split_rows) for which the plan picks the warp-specialized kernel.
+constexpr int kWsMinRows = 16;
 // The layout (kv_fp8.h) under this file's historical names.
 constexpr int kHeadDim = kKvDim;
 constexpr int kNopeDim = kKvNopeDim;
@@ -114,6 +116,9 @@ struct SparseDecodePlan {
   int cluster = 1;             // CTAs per thread-block cluster (in-kernel merge when > 1)
   int head_groups = 1;         // CTAs per (row, split) along the heads, group_tiles 16-head tiles each
   int group_tiles = 4;
+  // The warp-specialized wgmma kernel (sm90_sparse_decode_ws.cu) instead of the mma.sync one:
+  // split_rows ≥ kWsMinRows (then one head group and clusters ≤ 8). Same results contract.
+  bool warp_specialized = false;
   size_t workspace_bytes = 0;  // partial (m, l, acc) per (row, split, head) for the merge kernel
 };
 
@@ -127,7 +132,8 @@ struct SparseDecodePlan {
 // head_groups (cluster merge or one split only): the row's 16-head tiles split over that many
 // CTAs (each gathers the same candidates for fewer heads: shorter tensor-core phases and
 // partials at small batch); 0 = 4 or 2 when split_rows · groups · splits ≤ num_sms (and, with
-// max_cluster 0, the device holds those clusters at once), else 1.
+// max_cluster 0, the device holds those clusters at once), else 1. warp_specialized: split_rows
+// ≥ kWsMinRows and cluster ≤ 8 (head groups are then 1).
 SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int num_sms,
                                     int min_chunk = 16, int heads = kHeads, int split_rows = 0,
                                     int max_cluster = 0, int head_groups = 0);

@@ -9,8 +9,9 @@
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
-// Usage: gpu_sparse_decode_bench [indexer | decode]   (indexer: only the indexer rows; decode:
-// only the automatic-plan attention rows at B = 1 and 8)
+// Usage: gpu_sparse_decode_bench [indexer | decode | ws]   (indexer: only the indexer rows;
+// decode: only the automatic-plan attention rows at B = 1 and 8; ws: the many-row attention rows,
+// mma.sync against the warp-specialized kernel, same plan otherwise)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -126,7 +127,8 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
                     int main_len, int extra_len, bool contiguous_extra, int min_chunk = 16,
-                    int heads = kHeads, int max_cluster = 0, int head_groups = 0, bool probe = false) {
+                    int heads = kHeads, int max_cluster = 0, int head_groups = 0, bool probe = false,
+                    int ws = -1) {
   const PdlScope pdl(rows <= kPdlMaxRows);  // as GpuModel's decode (DSV4_PDL=0: off)
   std::mt19937 rng(rows * 131 + extra_len);
   const int me = std::max(extra_len, 1);
@@ -149,9 +151,11 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   fill_bf16<<<256, 256, 0, s>>>(q.get(), int64_t(q.size()), 5);
   DeviceBuffer<float> sink(kHeads);
   CUDA_CHECK(cudaMemset(sink.get(), 0, kHeads * 4));
-  const SparseDecodePlan plan =
-      plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk, heads, 0, max_cluster, head_groups);
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 1));
+  // ws: −1 the plan's kernel; 0 the mma.sync kernel; 1 the warp-specialized one (one head group).
+  SparseDecodePlan plan =
+      plan_sparse_decode(rows, main_len, extra_len, 132, min_chunk, heads, 0, max_cluster, ws >= 0 ? 1 : head_groups);
+  if (ws >= 0) plan.warp_specialized = ws == 1;
+  DeviceBuffer<uint8_t> work(std::max<size_t>(plan.workspace_bytes, 1));
   auto args = [&](int i) {
     const int c = i % kCopies;
     SparseDecodeArgs a;
@@ -172,7 +176,7 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
     a.rows = rows;
     return a;
   };
-  auto call = [&](int i) { sparse_decode(args(i), plan, ws.get(), s); };
+  auto call = [&](int i) { sparse_decode(args(i), plan, work.get(), s); };
   call(0);
   CUDA_CHECK(cudaStreamSynchronize(s));
   const Stats st = time_graph(s, call);
@@ -180,10 +184,11 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + 2.0 * heads * kHeadDim * 2);
   const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
   if (probe && plan.cluster > 1)
-    print_probe(s, plan, call, [&](long long* pb) { sparse_decode_probe(args(0), plan, ws.get(), pb, s); }, kind);
-  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d | %8.2f us "
+    print_probe(s, plan, call, [&](long long* pb) { sparse_decode_probe(args(0), plan, work.get(), pb, s); }, kind);
+  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d %s | %8.2f us "
               "(min %.2f max %.2f) | %8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
-              kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()), st.med,
+              kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()),
+              plan.warp_specialized ? "ws " : "mma", st.med,
               st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
@@ -295,6 +300,19 @@ int main(int argc, char** argv) {
   DeviceBuffer<uint16_t> keys(size_t(kKeyPool) * kIndexDim);
   fill_bf16<<<1024, 256, 0, s>>>(keys.get(), int64_t(keys.size()), 1);
   CUDA_CHECK(cudaStreamSynchronize(s));
+  if (argc > 1 && std::string(argv[1]) == "ws") {  // the warp-specialized kernel against mma.sync
+    std::printf("attention, mma.sync (ws=0) vs warp-specialized (ws=1) kernel\n");
+    for (int b : {16, 32, 64})
+      for (int h : {64, 32})
+        for (int ws : {0, 1}) attention_case(s, pool, peak, "CSA", b, 128, 512, false, 16, h, 0, 0, false, ws);
+    for (int b : {16, 64})
+      for (int ctx : {8192, 65536, 1 << 20})
+        for (int ws : {0, 1}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true, 16, kHeads, 0, 0, false, ws);
+    for (int b : {16, 64})
+      for (int ws : {0, 1}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, kHeads, 0, 0, false, ws);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "indexer") {
     indexer_rows(s, keys.get(), peak);
     CUDA_CHECK(cudaStreamDestroy(s));

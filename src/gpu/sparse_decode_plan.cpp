@@ -62,7 +62,9 @@ SparseDecodePlan plan_sparse_decode(int rows, int max_main, int max_extra, int n
   // Head groups (cluster merge only): 4 or 2 when the CTAs fit in one wave (and, for the
   // device's own cluster choice, its clusters are resident at once).
   const int tiles = (heads + 15) / 16;
-  int groups = head_groups;
+  // Many rows: the warp-specialized kernel (all the row's heads in one CTA, clusters ≤ 8).
+  p.warp_specialized = split_rows >= kWsMinRows && p.cluster <= 8;
+  int groups = p.warp_specialized ? 1 : head_groups;
   if (groups <= 0) {
     groups = 1;
     if (p.cluster > 1)

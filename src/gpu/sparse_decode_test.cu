@@ -13,7 +13,9 @@
 //   window and HCA lists from positions, per-row buffers, fp32 q/out, graph split_rows); the
 //   in-cluster merge at cluster sizes 2..16 with empty splits, head groups 1/2/4 (uneven too;
 //   bit-equal to one group: another kernel instantiation and warp mapping), and the
-//   merge-kernel path.
+//   merge-kernel path. Every case also runs the other kernel (warp-specialized ↔ mma.sync, one
+//   head group; plan.warp_specialized toggled) against the same tolerance; cases ws_* are the
+//   warp-specialized kernel's own edges (−1 padding, short lists, H=32 / 20, HCA 8192, one split).
 //   The KV dequantization is checked bit for bit. The indexer top-k: sm90_indexer_topk_test.cu.
 #include <gtest/gtest.h>
 
@@ -168,7 +170,8 @@ int64_t check_attention(const char* name, int rows, int heads, const std::vector
 
 std::string plan_info(const SparseDecodePlan& p) {
   return "chunk " + std::to_string(p.chunk) + " splits " + std::to_string(p.splits) + " cluster " +
-         std::to_string(p.cluster) + " groups " + std::to_string(p.head_groups);
+         std::to_string(p.cluster) + " groups " + std::to_string(p.head_groups) +
+         (p.warp_specialized ? " ws" : " mma.sync");
 }
 
 // The split plan with an explicit max_cluster is a pure host function (no device): the shapes
@@ -203,7 +206,11 @@ TEST(Sm90SparseDecodePlan, ClusterSplitsAndHeadGroups) {
     EXPECT_EQ(p.chunk, w.chunk);
     EXPECT_EQ(p.workspace_bytes > 0, w.workspace);
     EXPECT_LE(p.workspace_bytes, sparse_decode_workspace_bound(w.rows, w.heads, 132));
+    EXPECT_EQ(p.warp_specialized, w.rows >= kWsMinRows);
   }
+  // Graph padding: the kernel follows split_rows, so eager and graph rows agree.
+  EXPECT_TRUE(plan_sparse_decode(4, 128, 512, 132, 16, kHeads, 32, 2).warp_specialized);
+  EXPECT_EQ(plan_sparse_decode(4, 128, 512, 132, 16, kHeads, 32, 2).head_groups, 1);
 }
 
 struct AttnCase {
@@ -311,6 +318,19 @@ TEST_P(Sm90SparseDecode, MatchesCpuReferenceAndFp64) {
     }
   }
   EXPECT_EQ(check_attention(c.name, c.rows, H, q, sink, cands, a.scale, out, plan_info(plan).c_str()), 0);
+  // The other kernel (warp-specialized ↔ mma.sync, one head group) on the same inputs.
+  SparseDecodePlan other =
+      plan_sparse_decode(c.rows, c.max_main, c.max_extra, 132, c.min_chunk, H, 0, c.max_cluster, 1);
+  if (other.cluster <= 8) {
+    other.warp_specialized = !plan.warp_specialized;
+    d_out.fill_bytes(0);
+    sparse_decode(a, other, ws.get(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> bits = d_out.download();
+    std::vector<float> out2(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) out2[i] = numerics::bf16_bits_to_float(bits[i]);
+    EXPECT_EQ(check_attention(c.name, c.rows, H, q, sink, cands, a.scale, out2, plan_info(other).c_str()), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -349,7 +369,15 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"h40_cluster4_groups2", 4, 128, 512, true, 0.1, 16, 40, 4, 2},
                       AttnCase{"h20_window_groups4", 5, 128, 0, true, 0.1, 16, 20, 0, 4},
                       AttnCase{"h64_one_split_groups4", 2, 128, 512, true, 0.1, 640, kHeads, 0, 4},
-                      AttnCase{"merge_kernel_groups_ignored", 2, 128, 512, true, 0.1, 16, kHeads, 1, 4}),
+                      AttnCase{"merge_kernel_groups_ignored", 2, 128, 512, true, 0.1, 16, kHeads, 1, 4},
+                      // Warp-specialized kernel (rows ≥ kWsMinRows): −1 padding and short lists,
+                      // H=32 / 20, HCA lists of 8192 (merge kernel, 15 tiles per CTA), one split.
+                      AttnCase{"ws_b16_pad30", 16, 128, 512, true, 0.3, 16},
+                      AttnCase{"ws_b32_short", 32, 40, 0, true, 0.1, 16},
+                      AttnCase{"ws_h32_b64_full", 64, 128, 512, false, 0.0, 16, 32},
+                      AttnCase{"ws_h32_hca_8192_b16", 16, 128, 8192, true, 0.02, 16, 32},
+                      AttnCase{"ws_h20_b17_cluster4", 17, 128, 512, true, 0.1, 16, 20, 4},
+                      AttnCase{"ws_one_split_b16", 16, 128, 512, true, 0.05, 640}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GpuModel's decode mode: per-row cache buffers (window ring of `win` entries, compressed
@@ -456,6 +484,16 @@ TEST_P(Sm90SparseDecodeMode, RingAndCompressedListsMatchCpuReference) {
   sparse_decode(a, plan, ws.get(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(check_attention(c.name, rows, H, q, sink, cands, a.scale, d_out.download(), plan_info(plan).c_str()), 0);
+  // The other kernel (warp-specialized ↔ mma.sync, one head group).
+  SparseDecodePlan other = plan_sparse_decode(rows, c.win, max_extra, 132, 16, H, c.split_rows, 0, 1);
+  if (other.cluster <= 8) {
+    other.warp_specialized = !plan.warp_specialized;
+    d_out.fill_bytes(0);
+    sparse_decode(a, other, ws.get(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(check_attention(c.name, rows, H, q, sink, cands, a.scale, d_out.download(), plan_info(other).c_str()),
+              0);
+  }
 }
 
 std::vector<int> positions(int n, int max_pos, uint32_t seed) {

@@ -1,0 +1,455 @@
+// Warp-specialized sm_90a sparse decode attention for many rows (plan.warp_specialized; spec
+// §4.4, §5.3, §5.4). Same arguments, plan, split rule and merges as sm90_sparse_decode.cu,
+// whose header states the numerics contract this kernel keeps.
+//
+// Design. Grid = rows × splits; CTA (r, s) owns candidates [s·chunk_r, (s+1)·chunk_r) of row
+// r's list for all the row's heads (≤ 64, one 64-row wgmma M tile; rows past `heads` hold zero
+// queries and are never written). 384 threads = 3 warpgroups:
+//   WG0, producer: thread t gathers candidate t % 64 of each 64-candidate tile, 32-byte pairs
+//     p = t / 64 + 2k (k < 9) of its 576 data bytes plus its 8 scale bytes (ld.global.nc; the
+//     next tile's loads are issued as soon as this one is stored, so they fly while the thread
+//     waits for a free stage; ids are resolved a tile ahead), dequantizes to bf16 and stores
+//     the K = V tile into one of two smem stages (core-matrix layout, sm90_sparse_decode_ws.cuh),
+//     zero rows for −1 / padding candidates, a valid flag per candidate; mbarriers full[stage] /
+//     empty[stage]. setmaxnreg: producer 104 registers, consumers 200.
+//   WG1, WG2, consumers c = 0, 1: S_c = Q·K_cᵀ over candidates [32c, 32c + 32) of the tile
+//     (wgmma m64n32k16 × 32, Q in smem); online softmax per head with the row max and the P sum
+//     exchanged between the two warpgroups through smem (named barrier 2); P (bf16) to smem;
+//     O_c = α·O_c + P·V over all 64 candidates for dims [256c, 256c + 256) (wgmma m64n256k16 × 4,
+//     V = the same smem tile, MN-major). O_c stays in registers (128 fp32 per thread).
+// Epilogue (all threads): one split → bf16 output; in-cluster merge → partial O in smem (over Q
+// and the K stages) and the shared cluster_merge_tail; else fp32 partials and merge_kernel.
+// Numerics: s = (q·k)·scale with fp32 tensor-core accumulation over the 512 dims, m = running
+// max, p = e^(s − m) (unrounded into l = fma(l, α, Σ_c0 p + Σ_c1 p)), P rounded to bf16 before
+// P·V, the sink in the merge: tolerance-equal to cpu::sparse_attention_head like the mma.sync
+// kernel (not bit-equal to it); deterministic, a function of the row's inputs and the plan.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstddef>
+#include <mutex>
+
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/kv_fp8.cuh"
+#include "gpu/pdl.cuh"
+#include "gpu/sm90_sparse_decode.cuh"
+#include "gpu/sm90_sparse_decode_ws.cuh"
+#include "gpu/sparse_decode.h"
+
+namespace dsv4::gpu::sm90 {
+namespace {
+
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kTile = 64;
+constexpr int kStages = 2;
+constexpr int kTileElems = kTile * kHeadDim;  // bf16 per K tile (64 KB) = per Q (64 heads)
+constexpr int kCoreRowBytes = 16;             // one core-matrix row: 8 bf16
+constexpr int kGroupBytes = kHeadDim / 8 * 128;  // 8 rows × 512 dims: 8 KB (SBO of Q and K)
+// Names the shared per-tile / merge helpers compile against (sm90_sparse_decode.cu's layout).
+constexpr int kQS = kHeadDim + 8;
+[[maybe_unused]] constexpr int kSS = kTile + 4;  // (the tile helpers' score stride)
+constexpr int kChunks = kEntryData / 16;
+constexpr int kPartS = kQS;  // fp32 row stride of the partial O read by cluster_merge_tail
+constexpr int kProbeSlots = 16;
+constexpr int kProducerRegs = 104, kConsumerRegs = 200;  // setmaxnreg (launch bound: 168 each)
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "register file");
+constexpr int kWsMaxCluster = 8;  // cluster_merge_tail's (m, l) copy: two pairs per thread
+static_assert(2 * kThreads >= kWsMaxCluster * kHeads, "two (m, l) pairs per thread");
+namespace cg = cooperative_groups;
+
+struct Smem {
+  union {
+    __nv_bfloat16 qk[(1 + kStages) * kTileElems];  // Q, then the K stages (core-matrix layout)
+    float part[kHeads * kPartS];                    // the in-cluster merge's partial O
+    // Unused here: the fields sm90_sparse_decode_tile.cuh's helpers are written against.
+    __nv_bfloat16 q[kHeads * kQS];
+    __nv_bfloat16 k[kTile * kQS];
+    uint8_t raw[kTile * kEntryData];
+    uint8_t raw_scales[kTile * kEntryScales];
+    const uint8_t* src_data[kTile];
+    const uint8_t* src_scale[kTile];
+  };
+  union {
+    float s[3 * kMaxCluster * kHeads];   // merge weights, (m, l) copies (cluster_merge_tail)
+    __nv_bfloat16 pc[kHeads * kTile];    // P, core-matrix layout (A of P·V)
+  };
+  float red_max[2][kHeads], red_sum[2][kHeads];  // per consumer warpgroup
+  float m[kHeads], l[kHeads], alpha[kHeads];
+  float2 ml[kHeads];
+  uint8_t tile_valid[kStages][kTile];
+  uint8_t valid[kTile];  // (unused; tile helpers)
+  uint64_t full[kStages], empty[kStages];
+  long long stamp[kProbeSlots];
+};
+static_assert(sizeof(float) * kHeads * kPartS <= sizeof(__nv_bfloat16) * (1 + kStages) * kTileElems,
+              "partial O fits over Q and the K stages");
+
+#include "gpu/sm90_sparse_decode_tile.cuh"  // RowList, row_list, resolve, row_chunk, probe_mark
+
+#include "gpu/sm90_sparse_decode_merge.cuh"  // store_out2, cluster_merge_tail, merge_kernel
+
+struct WsParams {
+  float* ws;  // merge-kernel partials (cluster == 1 and splits > 1)
+  int splits, min_chunk;
+  bool cluster_merge;
+};
+
+// Byte offset of (row, 8-element chunk) in a core-matrix tile of 512-wide rows.
+__device__ __forceinline__ uint32_t core_off(int row, int chunk) {
+  return uint32_t(((row >> 3) * (kHeadDim / 8) + chunk) * 128 + (row & 7) * kCoreRowBytes);
+}
+
+// One producer thread's share of a tile: 9 32-byte pairs of candidate c and its scales.
+struct TileLoad {
+  uint4 v[9][2];
+  uint2 scales;
+};
+__device__ __forceinline__ void load_share(TileLoad& t, const uint8_t* data, const uint8_t* sc, int p0) {
+#pragma unroll
+  for (int k = 0; k < 9; ++k) {
+    const uint4* src = reinterpret_cast<const uint4*>(data + (p0 + 2 * k) * 32);
+    t.v[k][0] = data != nullptr ? __ldg(src) : make_uint4(0, 0, 0, 0);
+    t.v[k][1] = data != nullptr ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
+  }
+  t.scales = data != nullptr ? __ldg(reinterpret_cast<const uint2*>(sc)) : make_uint2(0, 0);
+}
+// Dequantizes the share into the stage's tile (zeros for an invalid candidate: data == 0s).
+__device__ __forceinline__ void store_share(const TileLoad& t, uint8_t* tile, int c, int p0, bool valid) {
+#pragma unroll
+  for (int k = 0; k < 9; ++k) {
+    const int p = p0 + 2 * k;
+    if (k < 7) {  // nope: 32 e4m3 codes, dims [32p, 32p + 32), scale tile k (= p / 2)
+      const uint32_t sb = (k < 4 ? t.scales.x >> (8 * k) : t.scales.y >> (8 * (k - 4))) & 0xff;
+      const float scale = valid ? e8m0_to_float(uint8_t(sb)) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 w = t.v[k][h];
+        const uint2 a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
+        const uint2 e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
+        *reinterpret_cast<uint4*>(tile + core_off(c, 4 * p + 2 * h)) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4*>(tile + core_off(c, 4 * p + 2 * h + 1)) = make_uint4(e.x, e.y, f.x, f.y);
+      }
+    } else {  // rope: 16 bf16 dims 448 + 16(p − 14) .. (already zero when invalid)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint4*>(tile + core_off(c, kNopeDim / 8 + 2 * (p - 14) + h)) = t.v[k][h];
+    }
+  }
+}
+
+__device__ __forceinline__ void resolve_at(const SparseDecodeArgs& a, const RowList& rl, int r, int j, int end,
+                                           const uint8_t*& d, const uint8_t*& s) {
+  resolve(a, rl, r, j < end ? j : rl.total, d, s);
+}
+
+// Epilogue (every thread of the CTA calls it; holds: a consumer thread, whose o holds rows h0,
+// h0 + 8 × dims 256cw + 8i + 2(lane%4) + {0, 1}; the producer passes holds = false).
+__device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a, const WsParams& kp,
+                                            const float (&o)[128], const float (&m_run)[2],
+                                            const float (&l_run)[2], bool holds, int tiles) {
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, cw = wg - 1, w = (tid >> 5) & 3;
+  const int h0 = 16 * w + (lane >> 2), h1 = h0 + 8;
+  const int splits = kp.splits, split = blockIdx.x % splits, r = blockIdx.x / splits, H = a.heads;
+  const int64_t q_off = int64_t(r) * H * kHeadDim, unit = int64_t(r) * splits + split;
+  float* const ml_ws = kp.ws + unit * H * 2;
+  if (splits == 1) {
+    if (!holds) return;
+    float inv[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int h = k ? h1 : h0;
+      inv[k] = h >= H || m_run[k] == -INFINITY ? 0.0f : 1.0f / (l_run[k] + __expf(a.sink[h] - m_run[k]));
+    }
+#pragma unroll
+    for (int i8 = 0; i8 < 32; ++i8) {
+      const int d = 256 * cw + 8 * i8 + 2 * (lane & 3);
+      if (h0 < H) store_out2(a, q_off + h0 * kHeadDim + d, o[4 * i8] * inv[0], o[4 * i8 + 1] * inv[0]);
+      if (h1 < H) store_out2(a, q_off + h1 * kHeadDim + d, o[4 * i8 + 2] * inv[1], o[4 * i8 + 3] * inv[1]);
+    }
+  } else if (kp.cluster_merge) {
+    __syncthreads();  // every wgmma read of Q / K is done: the partial O goes over them
+    if (holds && tiles > 0) {
+#pragma unroll
+      for (int i8 = 0; i8 < 32; ++i8) {
+        const int d = 256 * cw + 8 * i8 + 2 * (lane & 3);
+        if (h0 < H) *reinterpret_cast<float2*>(sm.part + h0 * kPartS + d) = make_float2(o[4 * i8], o[4 * i8 + 1]);
+        if (h1 < H) *reinterpret_cast<float2*>(sm.part + h1 * kPartS + d) = make_float2(o[4 * i8 + 2], o[4 * i8 + 3]);
+      }
+    }
+    if (wg == 1 && (lane & 3) == 0) {
+      sm.ml[h0] = make_float2(m_run[0], l_run[0]);
+      sm.ml[h1] = make_float2(m_run[1], l_run[1]);
+    }
+    cg::this_cluster().sync();
+    const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
+    const int u1 = min(units, (split + 1) * per), u_first = split * per + tid;
+    if (splits == 8)
+      cluster_merge_tail<8, false>(sm, a, sm.part, 8, u_first, u1, q_off, H, a.sink);
+    else if (splits == 4)
+      cluster_merge_tail<4, false>(sm, a, sm.part, 4, u_first, u1, q_off, H, a.sink);
+    else
+      cluster_merge_tail<2, false>(sm, a, sm.part, 2, u_first, u1, q_off, H, a.sink);
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait;\n" ::: "memory");
+  } else {
+    if (!holds) return;
+    float* po = kp.ws + int64_t(a.rows) * splits * H * 2 + unit * H * kHeadDim;
+    if (wg == 1 && (lane & 3) == 0)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int h = k ? h1 : h0;
+        if (h < H) {
+          ml_ws[h * 2] = m_run[k];
+          ml_ws[h * 2 + 1] = l_run[k];
+        }
+      }
+#pragma unroll
+    for (int i8 = 0; i8 < 32; ++i8) {
+      const int d = 256 * cw + 8 * i8 + 2 * (lane & 3);
+      if (h0 < H) *reinterpret_cast<float2*>(po + h0 * kHeadDim + d) = make_float2(o[4 * i8], o[4 * i8 + 1]);
+      if (h1 < H) *reinterpret_cast<float2*>(po + h1 * kHeadDim + d) = make_float2(o[4 * i8 + 2], o[4 * i8 + 3]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_decode_ws_kernel(const __grid_constant__ SparseDecodeArgs a, const WsParams kp) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+  if (tid < kStages) {
+    mbar_init(&sm.full[tid], 128);   // the producer's threads
+    mbar_init(&sm.empty[tid], 256);  // the consumers' threads
+  }
+  pdl_wait();
+  pdl_trigger();
+  const int splits = kp.splits, split = blockIdx.x % splits, r = blockIdx.x / splits;
+  const int H = a.heads;
+  const int64_t q_off = int64_t(r) * H * kHeadDim;
+  const RowList rl = row_list(a, r);
+  const int chunk = row_chunk(rl.total, splits, kp.min_chunk, kp.cluster_merge);
+  const int begin = split * chunk, end = min(rl.total, begin + chunk);
+  const int tiles = begin < end ? (end - begin + kTile - 1) / kTile : 0;
+  float* const ml_ws = kp.ws + (int64_t(r) * splits + split) * H * 2;
+  if (tiles == 0 && splits > 1 && !kp.cluster_merge) {  // an empty partial (the merge skips it)
+    for (int h = tid; h < H; h += kThreads) {
+      ml_ws[h * 2] = -INFINITY;
+      ml_ws[h * 2 + 1] = 0.0f;
+    }
+    return;
+  }
+  __syncthreads();  // barriers initialized
+
+  uint8_t* const qk_bytes = reinterpret_cast<uint8_t*>(sm.qk);
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  if (wg == 0) {
+    // ---- producer (104 registers; the consumers take 200: 128·104 + 256·200 ≤ 384·168) ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int c = tid & 63, p0 = tid >> 6;
+    const uint8_t *d_cur, *s_cur, *d_next = nullptr, *s_next = nullptr;
+    resolve_at(a, rl, r, begin + c, end, d_cur, s_cur);
+    TileLoad cur;
+    if (tiles > 0) load_share(cur, d_cur, s_cur, p0);
+    if (tiles > 1) resolve_at(a, rl, r, begin + kTile + c, end, d_next, s_next);
+    for (int i = 0; i < tiles; ++i) {
+      const int st = i & 1;
+      const bool valid = d_cur != nullptr;
+      const uint8_t* d_after = nullptr;
+      const uint8_t* s_after = nullptr;
+      if (i + 2 < tiles) resolve_at(a, rl, r, begin + (i + 2) * kTile + c, end, d_after, s_after);
+      if (i >= kStages) mbar_wait(&sm.empty[st], ((i >> 1) - 1) & 1);
+      store_share(cur, qk_bytes + (1 + st) * kTileElems * 2, c, p0, valid);
+      if (p0 == 0) sm.tile_valid[st][c] = valid;
+      fence_proxy_async();
+      mbar_arrive(&sm.full[st]);
+      if (i + 1 < tiles) {  // the next tile's loads are in flight while this thread waits for its stage
+        load_share(cur, d_next, s_next, p0);
+        d_cur = d_next;
+        d_next = d_after;
+        s_next = s_after;
+      }
+    }
+    const float none[128] = {};
+    ws_epilogue(sm, a, kp, none, m_run, l_run, false, tiles);
+    return;
+  }
+  // ---- consumers (rows h0 = 16w + lane/4 and h0 + 8 of the 64-head tile) ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int cw = wg - 1, w = (tid >> 5) & 3;
+  const int h0 = 16 * w + (lane >> 2), h1 = h0 + 8;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  if (tiles > 0) {
+    // Q (rows ≥ H zero) into the core-matrix layout, then the tiles.
+    const int ct = tid - 128;
+    for (int i = ct; i < kHeads * (kHeadDim / 8); i += 256) {
+      const int h = i / (kHeadDim / 8), ch = i % (kHeadDim / 8);
+      uint8_t* dst = qk_bytes + core_off(h, ch);
+      if (h >= H) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      } else if (a.q_f32 == nullptr) {
+        cp_async16(dst, a.q + q_off + h * kHeadDim + ch * 8);
+      } else {
+        const float4* src = reinterpret_cast<const float4*>(a.q_f32 + q_off + h * kHeadDim + ch * 8);
+        const float4 x = src[0], y = src[1];
+        *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w),
+                                                    pack_bf16x2(y.x, y.y), pack_bf16x2(y.z, y.w));
+      }
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    fence_proxy_async();
+    named_sync(2, 256);
+    for (int i = 0; i < tiles; ++i) {
+      const int st = i & 1;
+      const uint8_t* kt = qk_bytes + (1 + st) * kTileElems * 2;
+      mbar_wait(&sm.full[st], (i >> 1) & 1);
+      // S = Q · K[32cw .. 32cw + 32)ᵀ over the 512 dims.
+      float sacc[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) sacc[e] = 0.0f;
+      const uint64_t qd = opaque_u64(smem_desc(qk_bytes, 128, kGroupBytes));
+      const uint64_t kd = opaque_u64(smem_desc(kt + 4 * cw * kGroupBytes, 128, kGroupBytes));
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks)
+        wgmma_m64n32_ss(sacc, desc_add(qd, ks * 256), desc_add(kd, ks * 256), ks > 0);
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_regs(sacc);
+      // Scores, the warpgroup's row max, then the row max over both warpgroups.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const int cn = 32 * cw + 8 * (e >> 2) + 2 * (lane & 3) + (e & 1);
+        const float v = sm.tile_valid[st][cn] ? sacc[e] * a.scale : -INFINITY;
+        sacc[e] = v;
+        mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+      }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(~0u, mx[k], 1));
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(~0u, mx[k], 2));
+      }
+      if ((lane & 3) == 0) {
+        sm.red_max[cw][h0] = mx[0];
+        sm.red_max[cw][h1] = mx[1];
+      }
+      named_sync(2, 256);
+      float alpha[2], m_new[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int h = k ? h1 : h0;
+        m_new[k] = fmaxf(m_run[k], fmaxf(sm.red_max[0][h], sm.red_max[1][h]));
+        alpha[k] = m_new[k] == -INFINITY ? 1.0f : __expf(m_run[k] - m_new[k]);
+      }
+      // P = e^(s − m) (bf16 into pc; unrounded into the row sums).
+#pragma unroll
+      for (int i4 = 0; i4 < 4; ++i4)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          float pv[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = sacc[4 * i4 + 2 * k + e];
+            pv[e] = (m_new[k] == -INFINITY || v == -INFINITY) ? 0.0f : __expf(v - m_new[k]);
+            ps[k] += pv[e];
+          }
+          const int cn = 32 * cw + 8 * i4 + 2 * (lane & 3);
+          const int h = k ? h1 : h0;
+          *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(sm.pc) + (h >> 3) * 1024 + (cn >> 3) * 128 +
+                                       (h & 7) * kCoreRowBytes + (cn & 7) * 2) = pack_bf16x2(pv[0], pv[1]);
+        }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        ps[k] += __shfl_xor_sync(~0u, ps[k], 1);
+        ps[k] += __shfl_xor_sync(~0u, ps[k], 2);
+      }
+      if ((lane & 3) == 0) {
+        sm.red_sum[cw][h0] = ps[0];
+        sm.red_sum[cw][h1] = ps[1];
+      }
+      fence_proxy_async();
+      named_sync(2, 256);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int h = k ? h1 : h0;
+        l_run[k] = fmaf(l_run[k], alpha[k], sm.red_sum[0][h] + sm.red_sum[1][h]);
+        m_run[k] = m_new[k];
+      }
+#pragma unroll
+      for (int i8 = 0; i8 < 32; ++i8) {
+        o[4 * i8] *= alpha[0];
+        o[4 * i8 + 1] *= alpha[0];
+        o[4 * i8 + 2] *= alpha[1];
+        o[4 * i8 + 3] *= alpha[1];
+      }
+      // O_cw += P · V[:, 256cw .. 256cw + 256).
+      const uint64_t pd = opaque_u64(smem_desc(sm.pc, 128, 1024));
+      const uint64_t vd = opaque_u64(smem_desc(kt + cw * 32 * 128, kGroupBytes, 128));
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc)
+        wgmma_m64n256_ss_tb(o, desc_add(pd, kc * 256), desc_add(vd, 2 * kc * kGroupBytes), 1);
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_regs(o);
+      mbar_arrive(&sm.empty[st]);
+    }
+  }
+  ws_epilogue(sm, a, kp, o, m_run, l_run, true, tiles);
+}
+
+bool set_ws_attributes() {
+  return cudaFuncSetAttribute(sparse_decode_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(sizeof(Smem))) == cudaSuccess;
+}
+
+}  // namespace
+
+void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  DSV4_CHECK(p.head_groups == 1 && p.cluster <= kWsMaxCluster,
+             "sparse decode (warp-specialized): one head group and clusters ≤ ", kWsMaxCluster, ", got ",
+             p.head_groups, " / ", p.cluster);
+  static std::once_flag attr_set[kMaxDevices];
+  call_once_per_device(attr_set, [] { DSV4_CHECK(set_ws_attributes(), "sparse decode ws: cudaFuncSetAttribute failed"); });
+  WsParams kp;
+  kp.ws = static_cast<float*>(workspace);
+  kp.splits = p.splits;
+  kp.min_chunk = p.min_chunk;
+  kp.cluster_merge = p.cluster > 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n_attr = 0;
+  if (kp.cluster_merge) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = unsigned(p.cluster);
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  if (pdl_enabled() && (kp.cluster_merge || p.splits == 1)) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(a.rows) * unsigned(p.splits));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = sizeof(Smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n_attr;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel, a, kp));
+  if (p.splits > 1 && !kp.cluster_merge) {
+    merge_kernel<<<unsigned(a.rows) * unsigned(a.heads), 128, 0, stream>>>(a, p.splits, kp.ws);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace dsv4::gpu::sm90
