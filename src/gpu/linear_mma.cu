@@ -363,8 +363,10 @@ int choose_tile(const Args& a) {
   return best;
 }
 
-// Calls of at least this many rows take the shared-memory-staged kernel (same bits):
-// kStagedMinRows, DSV4_MMA_STAGED_MIN_ROWS when set (0: never; benchmarks compare both).
+// Calls of at least this many rows that give the staged kernel at least kStagedMinCtas CTAs take
+// it (same bits): kStagedMinRows, DSV4_MMA_STAGED_MIN_ROWS when set (0: never; benchmarks compare
+// both). Rule from gpu_linear_bench on H200 (docs/decode-linears.md, round 6): its CTA walks the
+// whole K, so it wins where the call has enough output tiles to fill the SMs.
 int64_t staged_min_rows() {
   static const int64_t rows = [] {
     const char* v = std::getenv("DSV4_MMA_STAGED_MIN_ROWS");
@@ -376,8 +378,10 @@ int64_t staged_min_rows() {
 
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
-  if (g_forced_tile >= 0 && tile_fits(kTiles[g_forced_tile], a)) return launch_tile<WT>(g_forced_tile, a, s);
-  if (a.rows >= staged_min_rows() && launch_staged<WT>(a, s)) return true;
+  if (g_forced_tile == kNumTiles && launch_staged<WT>(a, s)) return true;  // the staged tile, forced
+  if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && tile_fits(kTiles[g_forced_tile], a))
+    return launch_tile<WT>(g_forced_tile, a, s);
+  if (a.rows >= staged_min_rows() && staged_ctas(a) >= kStagedMinCtas && launch_staged<WT>(a, s)) return true;
   return launch_tile<WT>(choose_tile<WT>(a), a, s);
 }
 
@@ -433,7 +437,7 @@ bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, co
   return dispatch<Wt::kFp8>(a, s);
 }
 
-int tile_count() { return kNumTiles; }
-void force_tile(int i) { g_forced_tile = i >= 0 && i < kNumTiles ? i : -1; }
+int tile_count() { return kNumTiles + 1; }  // the register-fed tiles, then the staged one
+void force_tile(int i) { g_forced_tile = i >= 0 && i <= kNumTiles ? i : -1; }
 
 }  // namespace dsv4::gpu::mma

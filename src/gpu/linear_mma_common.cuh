@@ -74,10 +74,12 @@ __device__ __forceinline__ uint32_t word(const uint4* v, int q) {
   return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
 }
 
-// The shared-memory-staged kernel (linear_mma_staged.cu) for calls of more than kStagedMinRows
-// rows: the same bits as the register-fed tiles (linear_mma.h numerics). Returns false, launching
-// nothing, when it does not take the call (groups not a multiple of its 128-row output tile).
-constexpr int64_t kStagedMinRows = 65;
+// The shared-memory-staged kernel (linear_mma_staged.cu): the same bits as the register-fed
+// tiles (linear_mma.h numerics). The dispatch takes it for calls of ≥ kStagedMinRows rows that
+// give it ≥ kStagedMinCtas CTAs (staged_ctas). launch_staged returns false, launching nothing,
+// when it does not take the call (groups not a multiple of its 128-output tile, in = 0).
+constexpr int64_t kStagedMinRows = 64, kStagedMinCtas = 128;
+int64_t staged_ctas(const Args& a);
 template <Wt WT>
 bool launch_staged(const Args& a, cudaStream_t s);
 

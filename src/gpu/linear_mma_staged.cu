@@ -20,6 +20,7 @@
 // (64 × 128) from global memory into registers one block ahead, converts them (lin8: e4m3 → f16,
 // exact; dense: weights as bf16, x → bf16 hi + lo) into the permuted layout of the other
 // shared-memory stage, one barrier per block.
+#include <algorithm>
 #include <mutex>
 #include <type_traits>
 
@@ -314,6 +315,15 @@ __global__ void __launch_bounds__(kThreads, 1) staged_linear_kernel(Args a) {
 }
 
 }  // namespace
+
+int64_t staged_ctas(const Args& a) {
+  int64_t gy = (a.out / std::max<int64_t>(a.opg, 1)) * ((a.opg + kTileOut - 1) / kTileOut);
+  if (a.nseg > 0) {
+    gy = 0;
+    for (int j = 0; j < a.nseg; ++j) gy += (a.seg[j].out + kTileOut - 1) / kTileOut;
+  }
+  return gy * ((a.rows + kTileRows - 1) / kTileRows);
+}
 
 template <Wt WT>
 bool launch_staged(const Args& a0, cudaStream_t s) {

@@ -1,7 +1,6 @@
 // Per-tile building blocks of the sm_90a sparse decode attention (design: the header of
 // sm90_sparse_decode.cu): the row's list and its entry addresses, the cp.async gather and the
-// FP8 dequantization of a 64-candidate tile, the QK work units, the online softmax, the split
-// chunk.
+// FP8 dequantization of a 64-candidate tile, the QK work units, the split chunk.
 // Part of sm90_sparse_decode.cu's translation unit: included once, inside its anonymous
 // namespace, after its constants and Smem (not a standalone header).
 #pragma once
@@ -240,83 +239,6 @@ __device__ __forceinline__ void qk_tile(Smem& sm, int head_tiles, int count) {
   } else {
     const int kq = warp & 1, mt = (warp >> 1) & 1, c0 = (warp >> 2) * 16;
     if (c0 < count) qk_unit<2, 1>(sm, mt, c0, kq, kq * 32 + mt * 16);
-  }
-}
-
-// Online softmax of a tile (scores in Ss: kQkParts<NT> k parts, rows kq·rows + head), T
-// threads per head with C consecutive candidates each (NT 4 / 8 / 16: T = 32 / 16 / 8, so that
-// one head tile fills the 16 warps; vector loads and stores without bank conflicts). Warps whose
-// heads are all past `rows` skip. The arithmetic is the 8-threads-per-head form's, bit for bit:
-// s = (part0 + part1)·scale, max, α = e^(m−m'), p = e^(s−m'), P = bf16(p); Σp = a sequential sum
-// of each 8-candidate block (the block's lanes shuffle their p to the first), then a butterfly
-// over the 8 blocks; l = fma(l, α, Σp).
-template <int C>
-__device__ __forceinline__ void load_floats(float (&v)[C], const float* p) {
-  if constexpr (C == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    v[0] = x.x, v[1] = x.y;
-  } else {
-#pragma unroll
-    for (int i = 0; i < C; i += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(p + i);
-      v[i] = x.x, v[i + 1] = x.y, v[i + 2] = x.z, v[i + 3] = x.w;
-    }
-  }
-}
-template <int NT>
-__device__ __forceinline__ void softmax_tile(Smem& sm, int head_tiles, float scale) {
-  constexpr int C = NT / 2, T = kTile / C, G = 8 / C;  // G: lanes per 8-candidate block
-  constexpr int kparts = kQkParts<NT>;
-  const int tid = threadIdx.x, h = tid / T, t = tid % T, c0 = t * C;
-  const int rows = head_tiles * 16;
-  if ((tid & ~31) / T >= rows) return;  // the warp's heads are all past the CTA's tiles
-  using VBits = std::conditional_t<C == 2, uint16_t, std::conditional_t<C == 4, uint32_t, uint64_t>>;
-  const VBits valid = *reinterpret_cast<const VBits*>(sm.valid + c0);
-  float s0[C], s1[C], sv[C], bmax = -INFINITY;
-  load_floats<C>(s0, sm.s + h * kSS + c0);
-  if constexpr (kparts == 2) load_floats<C>(s1, sm.s + (h + rows) * kSS + c0);
-#pragma unroll
-  for (int i = 0; i < C; ++i) {
-    sv[i] = ((valid >> (8 * i)) & 0xff) == 0 ? -INFINITY : (kparts == 2 ? s0[i] + s1[i] : s0[i]) * scale;
-    bmax = fmaxf(bmax, sv[i]);
-  }
-#pragma unroll
-  for (int off = 1; off < T; off <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(~0u, bmax, off));
-  const float m_old = sm.m[h];
-  const float m_new = fmaxf(m_old, bmax);
-  const bool none = m_new == -INFINITY;
-  const float alpha = none ? 1.0f : __expf(m_old - m_new);
-  float p[C];
-  uint32_t pb[C / 2];
-#pragma unroll
-  for (int i = 0; i < C; ++i) p[i] = (none || sv[i] == -INFINITY) ? 0.0f : __expf(sv[i] - m_new);
-#pragma unroll
-  for (int i = 0; i < C / 2; ++i) pb[i] = pack_bf16x2(p[i * 2], p[i * 2 + 1]);
-  __nv_bfloat16* pd = sm.p + h * kPS + c0;
-  if constexpr (C == 2)
-    *reinterpret_cast<uint32_t*>(pd) = pb[0];
-  else if constexpr (C == 4)
-    *reinterpret_cast<uint2*>(pd) = make_uint2(pb[0], pb[1]);
-  else
-    *reinterpret_cast<uint4*>(pd) = make_uint4(pb[0], pb[1], pb[2], pb[3]);
-  // The block's sequential sum, in its first lane (the other lanes' sums are not used).
-  float blk[8];
-#pragma unroll
-  for (int i = 0; i < C; ++i) blk[i] = p[i];
-#pragma unroll
-  for (int j = 1; j < G; ++j)
-#pragma unroll
-    for (int i = 0; i < C; ++i) blk[j * C + i] = __shfl_down_sync(~0u, p[i], j);
-  float psum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) psum += blk[i];
-#pragma unroll
-  for (int off = G; off < T; off <<= 1) psum += __shfl_xor_sync(~0u, psum, off);
-  __syncwarp();
-  if (t == 0) {
-    sm.l[h] = fmaf(sm.l[h], alpha, psum);
-    sm.m[h] = m_new;
-    sm.alpha[h] = alpha;
   }
 }
 
