@@ -52,22 +52,15 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * (NF * 8);
   int64_t by = blockIdx.y;
-  if (a.nseg > 0) {  // pick this tile's segment (static indices: the params stay in constant memory)
-    int j = 0;
-#pragma unroll
-    for (int i = 1; i < kMaxDenseSegments; ++i)
-      if (i < a.nseg && by >= a.seg[i].tile0) j = i;
-#pragma unroll
-    for (int i = 0; i < kMaxDenseSegments; ++i)
-      if (i == j) {
-        by -= a.seg[i].tile0;
-        a.w = a.seg[i].w;
-        a.ws = a.seg[i].ws;
-        a.out = a.opg = a.seg[i].out;
-        a.y = a.seg[i].y;
-        a.round = a.seg[i].round;
-        a.post_scale = a.seg[i].post_scale;
-      }
+  if (a.nseg > 0) {  // this tile's segment
+    by = take_tile_segment(a, by, [&](const Args::Seg& sg) {
+      a.w = sg.w;
+      a.ws = sg.ws;
+      a.out = a.opg = sg.out;
+      a.y = sg.y;
+      a.round = sg.round;
+      a.post_scale = sg.post_scale;
+    });
     a.tiles_per_group = (a.opg + MT * 16 - 1) / (MT * 16);
   }
   const int64_t grp = by / a.tiles_per_group, tile = by % a.tiles_per_group;

@@ -74,6 +74,24 @@ __device__ __forceinline__ uint32_t word(const uint4* v, int q) {
   return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
 }
 
+// The segment of output-tile row `by` of a multi-weight call (a.nseg > 0): calls take(seg) with
+// the segment's entry and returns by's tile index inside it. Static indices only, so the launch
+// parameters stay in the constant bank (a dynamic index would copy them to local memory).
+template <class F>
+__device__ __forceinline__ int64_t take_tile_segment(const Args& a, int64_t by, F&& take) {
+  int j = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxDenseSegments; ++i)
+    if (i < a.nseg && by >= a.seg[i].tile0) j = i;
+#pragma unroll
+  for (int i = 0; i < kMaxDenseSegments; ++i)
+    if (i == j) {
+      by -= a.seg[i].tile0;
+      take(a.seg[i]);
+    }
+  return by;
+}
+
 // The shared-memory-staged kernel (linear_mma_staged.cu): the same bits as the register-fed
 // tiles (linear_mma.h numerics). The dispatch takes it for calls of ≥ kStagedMinRows rows that
 // give it ≥ kStagedMinCtas CTAs (staged_ctas). launch_staged returns false, launching nothing,

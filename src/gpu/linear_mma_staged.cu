@@ -174,21 +174,14 @@ __global__ void __launch_bounds__(kThreads, 1) staged_linear_kernel(Args a) {
               a.round, a.post_scale};
   int64_t opg = a.opg;
   if (a.nseg > 0) {
-    int j = 0;
-#pragma unroll
-    for (int i = 1; i < kMaxDenseSegments; ++i)
-      if (i < a.nseg && by >= a.seg[i].tile0) j = i;
-#pragma unroll
-    for (int i = 0; i < kMaxDenseSegments; ++i)
-      if (i == j) {
-        by -= a.seg[i].tile0;
-        ta.w = static_cast<const unsigned char*>(a.seg[i].w);
-        ta.ws = a.seg[i].ws;
-        ta.out = opg = a.seg[i].out;
-        ta.y = a.seg[i].y;
-        ta.round = a.seg[i].round;
-        ta.post_scale = a.seg[i].post_scale;
-      }
+    by = take_tile_segment(a, by, [&](const Args::Seg& sg) {
+      ta.w = static_cast<const unsigned char*>(sg.w);
+      ta.ws = sg.ws;
+      ta.out = opg = sg.out;
+      ta.y = sg.y;
+      ta.round = sg.round;
+      ta.post_scale = sg.post_scale;
+    });
   }
   const int64_t tiles_per_group = (opg + kTileOut - 1) / kTileOut;
   ta.grp = by / tiles_per_group;

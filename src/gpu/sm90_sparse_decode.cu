@@ -417,20 +417,8 @@ void launch(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspac
   kp.spec_main = p.max_main;
   kp.spec_total = p.max_main + p.max_extra;
   kp.cluster_merge = p.cluster > 1;
-  cudaLaunchAttribute attr[2];
-  unsigned n_attr = 0;
-  if (kp.cluster_merge) {
-    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = unsigned(p.cluster);
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
-  }
-  if (pdl_enabled() && (kp.cluster_merge || p.splits == 1)) {  // (measured slower with the merge kernel)
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
+  cudaLaunchAttribute attr[2];  // PDL: not with the merge kernel (measured slower)
+  const unsigned n_attr = split_launch_attrs(attr, p.cluster, pdl_enabled() && (kp.cluster_merge || p.splits == 1));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(a.rows) * unsigned(p.head_groups) * unsigned(p.splits));
   cfg.blockDim = dim3(kThreads);

@@ -425,19 +425,7 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   kp.min_chunk = p.min_chunk;
   kp.cluster_merge = p.cluster > 1;
   cudaLaunchAttribute attr[2];
-  unsigned n_attr = 0;
-  if (kp.cluster_merge) {
-    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = unsigned(p.cluster);
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
-  }
-  if (pdl_enabled() && (kp.cluster_merge || p.splits == 1)) {
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
+  const unsigned n_attr = split_launch_attrs(attr, p.cluster, pdl_enabled() && (kp.cluster_merge || p.splits == 1));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(a.rows) * unsigned(p.splits));
   cfg.blockDim = dim3(kThreads);
