@@ -19,7 +19,7 @@
 // ≤ 0.1% keys differing), the total is rounded to bf16 and stored as an order-preserving
 // 16-bit key. The CTA also writes the 256-bin histogram of its keys' high bytes to its own
 // slice of the workspace (every CTA of the grid writes all 256 bins, zeros included: no memset
-// node and no global atomics; the selection sums a row's slices). (Measured and dropped, docs/attention-decode.md round 3: a wgmma
+// node and no global atomics; the selection sums a row's slices). (Measured and dropped, docs/attention-decode-rounds.md, round 3: a wgmma
 // m64n64k16 scan — 64 keys × 64 heads per warpgroup, both operands in smem, 1–4 warpgroups,
 // 3–8 stages — at 38–50% of HBM; 3 stages, and bulk L2 prefetches 2–4 blocks ahead: no gain.)
 // Kernel 2 (select): one CTA of 1024 threads per row. It sums the row's histogram slices (integer
