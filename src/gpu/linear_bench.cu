@@ -290,8 +290,16 @@ int main(int argc, char** argv) {
                       xo.get(), post.get(), comb.get(), s);
         },
         replays);
-    report("small", "hc_pre_norm D=4096", M,
-           M * (hc * D * 4.0 + D * 4.0 + hc * (3 + 2 * hc) * 4.0) + double(parts_n) * 8 + D * 4.0, t);
+    const double pre_norm_bytes = M * (hc * D * 4.0 + D * 4.0 + hc * (3 + 2 * hc) * 4.0) + double(parts_n) * 8 + D * 4.0;
+    report("small", "hc_pre_norm D=4096", M, pre_norm_bytes, t);
+    // hc_pre_norm writing x's Q8 too (GpuModel's attention sublayer): codes + scales out.
+    t = time_graph(
+        [&](int, cudaStream_t s) {
+          hc_pre_norm(streams.get(), parts.get(), chunks, M, D, scale.get(), base.get(), HcDeviceParams{}, nw.get(),
+                      xo.get(), post.get(), comb.get(), s, qcodes.get(), qscales.get());
+        },
+        replays);
+    report("small", "hc_pre_norm+q8 D=4096", M, pre_norm_bytes + M * D * (1.0 + 4.0 / 128), t);
     t = time_graph([&](int, cudaStream_t s) { hc_head_finish(streams.get(), mixes.get(), M, D, scale.get(), base.get(), HcDeviceParams{}, xo.get(), s); },
                    replays);
     report("small", "hc_head D=4096", M, M * (hc * D * 4.0 + D * 4.0), t);

@@ -269,16 +269,9 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
 
 template <Wt WT, int MT, int NF, int KU, int MINB, bool XA = false>
 bool launch(Args a, cudaStream_t s) {
-  a.tiles_per_group = (a.opg + MT * 16 - 1) / (MT * 16);
-  int64_t gy = (a.out / a.opg) * a.tiles_per_group;
-  if (a.nseg > 0) {
-    gy = 0;
-    for (int j = 0; j < a.nseg; ++j) {
-      a.seg[j].tile0 = gy;
-      gy += (a.seg[j].out + MT * 16 - 1) / (MT * 16);
-    }
-  }
-  const int64_t gx = (a.rows + NF * 8 - 1) / (NF * 8);
+  a.tiles_per_group = ceil_tiles(a.opg, MT * 16);
+  set_segment_tile0(a, MT * 16);
+  const int64_t gy = output_tile_rows(a, MT * 16), gx = ceil_tiles(a.rows, NF * 8);
   if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
   a.prefetch = pdl_enabled();  // without PDL there is no predecessor tail to overlap
   auto* kernel = mma_linear_kernel<WT, MT, NF, KU, MINB, XA>;
@@ -316,20 +309,11 @@ bool launch_tile(int i, const Args& a, cudaStream_t s) {
   }
 }
 
-// A tile of MT·16 output rows must not straddle a group of a grouped call (segments and
-// ungrouped calls clamp partial tiles to their own end).
-bool tile_fits(const Tile& t, const Args& a) { return a.nseg > 0 || a.opg == a.out || a.opg % (t.mt * 16) == 0; }
+// A tile of MT·16 output rows must not straddle a group of a grouped call.
+bool tile_fits(const Tile& t, const Args& a) { return tiles_fit_groups(a, t.mt * 16); }
 
 // CTAs a tile launches for the call.
-int64_t ctas(const Tile& t, const Args& a) {
-  const int64_t h = t.mt * 16;
-  int64_t gy = (a.out / a.opg) * ((a.opg + h - 1) / h);
-  if (a.nseg > 0) {
-    gy = 0;
-    for (int j = 0; j < a.nseg; ++j) gy += (a.seg[j].out + h - 1) / h;
-  }
-  return gy * ((a.rows + t.nf * 8 - 1) / (t.nf * 8));
-}
+int64_t ctas(const Tile& t, const Args& a) { return output_tile_rows(a, t.mt * 16) * ceil_tiles(a.rows, t.nf * 8); }
 
 // Tile choice (any choice gives the same bits; docs/decode-linears.md, round 4, has the sweep it
 // comes from). Decode sizes take the first tile of a preference list (most reuse of each loaded

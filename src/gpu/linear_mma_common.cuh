@@ -74,6 +74,30 @@ __device__ __forceinline__ uint32_t word(const uint4* v, int q) {
   return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
 }
 
+// Host: grid geometry shared by both kernels' launchers and CTA counts. Tiles of `tile` covering n.
+inline int64_t ceil_tiles(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
+// Whether output tiles of tile_out rows stay inside the groups of a grouped call (segments and
+// ungrouped calls clamp a partial tile to their own end).
+inline bool tiles_fit_groups(const Args& a, int64_t tile_out) {
+  return a.nseg > 0 || a.opg == a.out || a.opg % tile_out == 0;
+}
+// Output-tile rows of the grid (blockIdx.y): (out / opg) groups × tiles per group, or the
+// segments' tiles one after another.
+inline int64_t output_tile_rows(const Args& a, int64_t tile_out) {
+  if (a.nseg == 0) return (a.out / a.opg) * ceil_tiles(a.opg, tile_out);
+  int64_t n = 0;
+  for (int j = 0; j < a.nseg; ++j) n += ceil_tiles(a.seg[j].out, tile_out);
+  return n;
+}
+// Each segment's first output-tile row (seg[j].tile0, what take_tile_segment reads).
+inline void set_segment_tile0(Args& a, int64_t tile_out) {
+  int64_t n = 0;
+  for (int j = 0; j < a.nseg; ++j) {
+    a.seg[j].tile0 = n;
+    n += ceil_tiles(a.seg[j].out, tile_out);
+  }
+}
+
 // The segment of output-tile row `by` of a multi-weight call (a.nseg > 0): calls take(seg) with
 // the segment's entry and returns by's tile index inside it. Static indices only, so the launch
 // parameters stay in the constant bank (a dynamic index would copy them to local memory).

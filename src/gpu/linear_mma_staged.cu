@@ -20,7 +20,6 @@
 // (64 × 128) from global memory into registers one block ahead, converts them (lin8: e4m3 → f16,
 // exact; dense: weights as bf16, x → bf16 hi + lo) into the permuted layout of the other
 // shared-memory stage, one barrier per block.
-#include <algorithm>
 #include <mutex>
 #include <type_traits>
 
@@ -309,30 +308,15 @@ __global__ void __launch_bounds__(kThreads, 1) staged_linear_kernel(Args a) {
 
 }  // namespace
 
-int64_t staged_ctas(const Args& a) {
-  int64_t gy = (a.out / std::max<int64_t>(a.opg, 1)) * ((a.opg + kTileOut - 1) / kTileOut);
-  if (a.nseg > 0) {
-    gy = 0;
-    for (int j = 0; j < a.nseg; ++j) gy += (a.seg[j].out + kTileOut - 1) / kTileOut;
-  }
-  return gy * ((a.rows + kTileRows - 1) / kTileRows);
-}
+int64_t staged_ctas(const Args& a) { return output_tile_rows(a, kTileOut) * ceil_tiles(a.rows, kTileRows); }
 
 template <Wt WT>
 bool launch_staged(const Args& a0, cudaStream_t s) {
   Args a = a0;
   if (a.in <= 0) return false;
-  // A 128-output tile must not straddle a group (segments clamp their own partial tiles).
-  if (a.nseg == 0 && a.opg != a.out && a.opg % kTileOut != 0) return false;
-  int64_t gy = (a.out / a.opg) * ((a.opg + kTileOut - 1) / kTileOut);
-  if (a.nseg > 0) {
-    gy = 0;
-    for (int j = 0; j < a.nseg; ++j) {
-      a.seg[j].tile0 = gy;
-      gy += (a.seg[j].out + kTileOut - 1) / kTileOut;
-    }
-  }
-  const int64_t gx = (a.rows + kTileRows - 1) / kTileRows;
+  if (!tiles_fit_groups(a, kTileOut)) return false;  // a 128-output tile must not straddle a group
+  set_segment_tile0(a, kTileOut);
+  const int64_t gy = output_tile_rows(a, kTileOut), gx = ceil_tiles(a.rows, kTileRows);
   if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {

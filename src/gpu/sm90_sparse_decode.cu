@@ -28,8 +28,8 @@
 // thread-block cluster (≤ 16 CTAs) instead: each CTA keeps its partial O in its own smem and
 // the cluster merges through distributed shared memory with the same formula, in split order
 // (cluster_merge_epilogue) — one launch, no global partials. Both kernels are PDL-launched
-// (pdl_wait before any input is read). Per-tile parts: sm90_sparse_decode_tile.cuh; merges:
-// sm90_sparse_decode_merge.cuh. A probe instantiation (kProbe, sparse_decode_probe) stamps
+// (pdl_wait before any input is read). Row pieces: sm90_sparse_decode_rows.cuh; per-tile parts:
+// sm90_sparse_decode_tile.cuh; merges: sm90_sparse_decode_merge.cuh. A probe instantiation (kProbe, sparse_decode_probe) stamps
 // clock64 at the phase boundaries for the bench.
 // Exactness: the reference groups candidates in 64-blocks from list start; splits of 8·k
 // candidates regroup the online softmax, and tensor-core fp32 accumulation reorders sums, so
@@ -86,7 +86,8 @@ static_assert(offsetof(Smem, k) == offsetof(Smem, q) + sizeof(Smem::q) &&
 static_assert(3 * kMaxCluster * kHeads <= kHeads * kSS && 2 * kThreads >= kMaxCluster * kHeads,
               "merge weights and (m, l) copies must fit in s; two pairs per thread");
 
-#include "gpu/sm90_sparse_decode_tile.cuh"  // RowList, gather_tile, dequant_tile, qk_tile, row_chunk
+#include "gpu/sm90_sparse_decode_rows.cuh"  // RowList, row_list, resolve, spec_list_id, row_chunk, probe_mark
+#include "gpu/sm90_sparse_decode_tile.cuh"  // gather_tile, load_q, dequant_tile, qk_tile
 
 // Online softmax of a tile (scores in Ss: kQkParts<NT> k parts, rows kq·rows + head), T
 // threads per head with C consecutive candidates each (NT 4 / 8 / 16: T = 32 / 16 / 8, so that
@@ -165,7 +166,48 @@ __device__ __forceinline__ void softmax_tile(Smem& sm, int head_tiles, float sca
   }
 }
 
-#include "gpu/sm90_sparse_decode_merge.cuh"  // store_out2, cluster_merge_epilogue, merge_kernel
+#include "gpu/sm90_sparse_decode_merge.cuh"  // store_out2, cluster_merge_tail, merge_kernel
+
+// H: the CTA's heads (its head group), q_off / sink: where they start.
+template <int NT, bool kProbe>
+__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[NT][4],
+                                       int splits, int split, bool write_partial, int mt, int grp,
+                                       int64_t q_off, int H, const float* __restrict__ sink) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
+  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
+  if (write_partial) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
+      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
+      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
+    }
+  }
+  if (tid < kHeads) sm.ml[tid] = make_float2(sm.m[tid], sm.l[tid]);
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  probe_mark<kProbe>(sm, 9);
+  // This CTA's slice: float4 units [split·per, u1) of the row's H × 128.
+  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
+  const int u1 = min(units, (split + 1) * per), u_first = split * per + tid;
+  // The 4-tile kernel (B ≥ 8: several units per thread) has a variant per cluster size; the
+  // one- and two-tile kernels (small batch, ≤ 2 units per thread) keep their code short.
+  if (NT < 16 || splits == 16)
+    cluster_merge_tail<16, kProbe>(sm, a, part, splits, u_first, u1, q_off, H, sink);
+  else if (splits == 8)
+    cluster_merge_tail<8, kProbe>(sm, a, part, 8, u_first, u1, q_off, H, sink);
+  else if (splits == 4)
+    cluster_merge_tail<4, kProbe>(sm, a, part, 4, u_first, u1, q_off, H, sink);
+  else
+    cluster_merge_tail<2, kProbe>(sm, a, part, 2, u_first, u1, q_off, H, sink);
+  probe_mark<kProbe>(sm, 11);
+  // Keep this CTA's smem until every CTA has read it. Relaxed: the reads above are complete
+  // (their values are used), and the output stores need no cluster-scope ordering.
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait;\n" ::: "memory");
+  probe_mark<kProbe>(sm, 12);
+}
 
 // Launch parameters of sparse_decode_kernel, from the plan.
 struct KernelParams {

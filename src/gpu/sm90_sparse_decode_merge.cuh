@@ -1,9 +1,10 @@
 // The two ways the sm_90a sparse decode attention combines a row's split partials (design:
-// sm90_sparse_decode.cu's header, docs/attention-decode.md): the in-cluster merge epilogue
-// (distributed shared memory, one launch) and the merge kernel (global partials, long lists),
-// plus the bf16 output store both use.
-// Part of sm90_sparse_decode.cu's translation unit: included once, inside its anonymous
-// namespace, after its constants, Smem and SparseDecodeArgs helpers (not a standalone header).
+// sm90_sparse_decode.cu's header, docs/attention-decode.md): the in-cluster merge's tail
+// (distributed shared memory, one launch; each kernel's epilogue stages its partial O and calls
+// it) and the merge kernel (global partials, long lists), plus the bf16 output store both use.
+// Part of each kernel's translation unit (sm90_sparse_decode.cu, sm90_sparse_decode_ws.cu):
+// included once, inside its anonymous namespace, after its constants, Smem (s, ml, alpha,
+// stamp) and sm90_sparse_decode_rows.cuh — not a standalone header.
 #pragma once
 
 // Writes bf16-rounded v (2 values of head h, dims d, d+1) to the output row.
@@ -124,47 +125,6 @@ __device__ __forceinline__ void cluster_merge_tail(Smem& sm, const SparseDecodeA
       store_out2(a, at + 2, acc.z * inv, acc.w * inv);
     }
   }
-}
-
-// H: the CTA's heads (its head group), q_off / sink: where they start.
-template <int NT, bool kProbe>
-__device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, const float (&o)[NT][4],
-                                       int splits, int split, bool write_partial, int mt, int grp,
-                                       int64_t q_off, int H, const float* __restrict__ sink) {
-  const int tid = threadIdx.x, lane = tid & 31;
-  float* part = reinterpret_cast<float*>(sm.q);  // [64][kPartS]
-  const int h0 = mt * 16 + (lane >> 2), h1 = h0 + 8;
-  if (write_partial) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int d = grp * NT * 8 + n * 8 + (lane & 3) * 2;
-      if (h0 < H) *reinterpret_cast<float2*>(part + h0 * kPartS + d) = make_float2(o[n][0], o[n][1]);
-      if (h1 < H) *reinterpret_cast<float2*>(part + h1 * kPartS + d) = make_float2(o[n][2], o[n][3]);
-    }
-  }
-  if (tid < kHeads) sm.ml[tid] = make_float2(sm.m[tid], sm.l[tid]);
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  probe_mark<kProbe>(sm, 9);
-  // This CTA's slice: float4 units [split·per, u1) of the row's H × 128.
-  const int units = H * (kHeadDim / 4), per = (units + splits - 1) / splits;
-  const int u1 = min(units, (split + 1) * per), u_first = split * per + tid;
-  // The 4-tile kernel (B ≥ 8: several units per thread) has a variant per cluster size; the
-  // one- and two-tile kernels (small batch, ≤ 2 units per thread) keep their code short.
-  if (NT < 16 || splits == 16)
-    cluster_merge_tail<16, kProbe>(sm, a, part, splits, u_first, u1, q_off, H, sink);
-  else if (splits == 8)
-    cluster_merge_tail<8, kProbe>(sm, a, part, 8, u_first, u1, q_off, H, sink);
-  else if (splits == 4)
-    cluster_merge_tail<4, kProbe>(sm, a, part, 4, u_first, u1, q_off, H, sink);
-  else
-    cluster_merge_tail<2, kProbe>(sm, a, part, 2, u_first, u1, q_off, H, sink);
-  probe_mark<kProbe>(sm, 11);
-  // Keep this CTA's smem until every CTA has read it. Relaxed: the reads above are complete
-  // (their values are used), and the output stores need no cluster-scope ordering.
-  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait;\n" ::: "memory");
-  probe_mark<kProbe>(sm, 12);
 }
 
 // NT: n8 tiles (8 dims each) per warp in P·V: 16 (4 warps per head tile, up to 4 tiles), 8

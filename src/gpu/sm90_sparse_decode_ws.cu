@@ -48,11 +48,7 @@ constexpr int kStages = 2;
 constexpr int kTileElems = kTile * kHeadDim;  // bf16 per K tile (64 KB) = per Q (64 heads)
 constexpr int kCoreRowBytes = 16;             // one core-matrix row: 8 bf16
 constexpr int kGroupBytes = kHeadDim / 8 * 128;  // 8 rows × 512 dims: 8 KB (SBO of Q and K)
-// Names the shared per-tile / merge helpers compile against (sm90_sparse_decode.cu's layout).
-constexpr int kQS = kHeadDim + 8;
-[[maybe_unused]] constexpr int kSS = kTile + 4;  // (the tile helpers' score stride)
-constexpr int kChunks = kEntryData / 16;
-constexpr int kPartS = kQS;  // fp32 row stride of the partial O read by cluster_merge_tail
+constexpr int kPartS = kHeadDim + 8;  // fp32 row stride of the partial O read by cluster_merge_tail
 constexpr int kProbeSlots = 16;
 constexpr int kProducerRegs = 104, kConsumerRegs = 200;  // setmaxnreg (launch bound: 168 each)
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "register file");
@@ -64,30 +60,22 @@ struct Smem {
   union {
     __nv_bfloat16 qk[(1 + kStages) * kTileElems];  // Q, then the K stages (core-matrix layout)
     float part[kHeads * kPartS];                    // the in-cluster merge's partial O
-    // Unused here: the fields sm90_sparse_decode_tile.cuh's helpers are written against.
-    __nv_bfloat16 q[kHeads * kQS];
-    __nv_bfloat16 k[kTile * kQS];
-    uint8_t raw[kTile * kEntryData];
-    uint8_t raw_scales[kTile * kEntryScales];
-    const uint8_t* src_data[kTile];
-    const uint8_t* src_scale[kTile];
   };
   union {
     float s[3 * kMaxCluster * kHeads];   // merge weights, (m, l) copies (cluster_merge_tail)
     __nv_bfloat16 pc[kHeads * kTile];    // P, core-matrix layout (A of P·V)
   };
   float red_max[2][kHeads], red_sum[2][kHeads];  // per consumer warpgroup
-  float m[kHeads], l[kHeads], alpha[kHeads];
+  float alpha[kHeads];  // cluster_merge_tail's output scales
   float2 ml[kHeads];
   uint8_t tile_valid[kStages][kTile];
-  uint8_t valid[kTile];  // (unused; tile helpers)
   uint64_t full[kStages], empty[kStages];
   long long stamp[kProbeSlots];
 };
 static_assert(sizeof(float) * kHeads * kPartS <= sizeof(__nv_bfloat16) * (1 + kStages) * kTileElems,
               "partial O fits over Q and the K stages");
 
-#include "gpu/sm90_sparse_decode_tile.cuh"  // RowList, row_list, resolve, row_chunk, probe_mark
+#include "gpu/sm90_sparse_decode_rows.cuh"  // RowList, row_list, resolve, row_chunk, probe_mark
 
 #include "gpu/sm90_sparse_decode_merge.cuh"  // store_out2, cluster_merge_tail, merge_kernel
 
