@@ -7,6 +7,8 @@
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
 // Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..h = 0..7 with PDL]
+// DSV4_BENCH_T (e.g. "1,8") and DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick a subset
+// of the table (for a profiler run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,6 +42,20 @@ __global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int mode) {
     if (mode == 2 && (b & 0x7f) == 0x7f) b ^= 1;             // e4m3 code, no NaN
     p[i] = b;
   }
+}
+
+// Whether v is in the comma list of environment variable `name` (unset or empty: every value).
+bool picked(const char* name, int v) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return true;
+  for (const char* c = e; *c;) {
+    char* end = nullptr;
+    const long x = std::strtol(c, &end, 10);
+    if (end == c) break;
+    if (x == v) return true;
+    c = *end ? end + 1 : end;
+  }
+  return false;
 }
 
 void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
@@ -112,13 +128,15 @@ int main(int argc, char** argv) {
     moe_grouped_set_pipeline(pdl ? *v - 'a' : *v - '0', /*allow_diagnostic=*/true);
     PdlScope pdl_scope(pdl);
     rng.seed(7);  // the same routing sets for every variant
-    std::printf("pipeline variant %c%s\n", pdl ? *v - 'a' + '0' : *v, pdl ? " (PDL)" : "");
+    std::printf("pipeline variant %d%s\n", pdl ? *v - 'a' : *v - '0', pdl ? " (PDL)" : "");
     std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",
                 "GB/s", "%HBM");
     const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
     for (int kind = 0; kind < 4; ++kind) {
+      if (!picked("DSV4_BENCH_KINDS", kind)) continue;
       for (int T : {1, 8, 16, 32, 64, 128, 256}) {
         if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
+        if (!picked("DSV4_BENCH_T", T)) continue;
         // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
         std::vector<int32_t> ids(size_t(R) * T * K);
         std::vector<float> wts(ids.size());

