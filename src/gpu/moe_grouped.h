@@ -108,8 +108,9 @@ struct MoeGroupedArgs {
 void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cudaStream_t stream);
 
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the two GEMM
-// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below; 1: 12 warps ×
-// 3-stage rings; 4: 16 × 2; 7: 8 × 4. Diagnostics (wrong results, so refused unless
+// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below, 8 with chunks of
+// 32 tokens from 1024; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 8: 8 × 4 with chunks of
+// 32 tokens (every variant gives the same bits). Diagnostics (wrong results, so refused unless
 // allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
 // math; 6 runs 8 × 4's math without the weight copies.
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);

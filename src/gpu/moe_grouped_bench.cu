@@ -7,8 +7,8 @@
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
 // Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..h = 0..7 with PDL]
-// DSV4_BENCH_T (e.g. "1,8") and DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick a subset
-// of the table (for a profiler run).
+// DSV4_BENCH_T (e.g. "1,8"; also 512, 1024, 2048, which run only when named) and
+// DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick a subset of the table.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
               experts.bytes() / bw * 1e3, bw / 1e9);
   std::printf("time to read 6 experts at that rate: %.2f us\n\n", 6 * kExpertBytes / bw * 1e6);
 
-  const int Tmax = 256;
+  const int Tmax = 2048;  // T > 256 (prefill-sized calls) only when DSV4_BENCH_T names them
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> xh(size_t(Tmax) * D);
@@ -134,9 +134,9 @@ int main(int argc, char** argv) {
     const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
     for (int kind = 0; kind < 4; ++kind) {
       if (!picked("DSV4_BENCH_KINDS", kind)) continue;
-      for (int T : {1, 8, 16, 32, 64, 128, 256}) {
+      for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}) {
         if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
-        if (!picked("DSV4_BENCH_T", T)) continue;
+        if (!picked("DSV4_BENCH_T", T) || (T > 256 && std::getenv("DSV4_BENCH_T") == nullptr)) continue;
         // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
         std::vector<int32_t> ids(size_t(R) * T * K);
         std::vector<float> wts(ids.size());

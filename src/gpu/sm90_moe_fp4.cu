@@ -1,6 +1,6 @@
 // Host side of the grouped FP4 MoE (sm90_moe_fp4.cuh): workspace sizing, argument checks and
-// the four launches. Shapes: P = T·k routed positions + T shared positions; chunks of ≤ 8
-// positions per expert (the shared expert's listed twice), at most P/8 + E + 2 + ⌈T/8⌉.
+// the four launches. Shapes: P = T·k routed positions + T shared positions; chunks of ≤ 8 (or
+// 32) positions per expert (the shared expert's listed twice), at most P/8 + E + 2 + ⌈T/8⌉.
 #include "gpu/moe_grouped.h"
 
 #include <algorithm>
@@ -24,19 +24,20 @@ std::atomic<int> g_pipeline{0};
 
 template <moe4::GemmShape kS, int kDiag>
 void set_smem_attr() {
-  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag>,
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag, kS.tokens>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
-  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag>,
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag, kS.tokens>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
 }
 
 // launch_pdl: programmatic dependent launch inside a PdlScope (GpuModel's small decode
 // passes), a plain stream-ordered launch otherwise.
+// (p.chunk_tokens must be kS.tokens: the group launch cut the chunks.)
 template <moe4::GemmShape kS, int kDiag>
 void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
-  launch_pdl(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag>, dim3(grid), dim3(kS.warps * 32),
+  launch_pdl(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag, kS.tokens>, dim3(grid), dim3(kS.warps * 32),
              kS.smem(), stream, p);
-  launch_pdl(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag>, dim3(grid), dim3(kS.warps * 32),
+  launch_pdl(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag, kS.tokens>, dim3(grid), dim3(kS.warps * 32),
              kS.smem(), stream, p);
 }
 
@@ -57,6 +58,7 @@ int sm_count() {
     set_smem_attr<kShape12x3, kDiagLoadOnly>();
     set_smem_attr<kShape16x2, kDiagLoadOnly>();
     set_smem_attr<kShape8x4, kDiagMathOnly>();
+    set_smem_attr<kShape8x4Wide, kDiagNone>();
   });
   return counts[dev];
 }
@@ -175,8 +177,8 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
 }
 
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
-  DSV4_CHECK(variant >= 0 && variant <= 7, "grouped MoE: unknown pipeline variant ", variant);
-  DSV4_CHECK(variant <= 1 || variant == 4 || variant == 7 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
+  DSV4_CHECK(variant >= 0 && variant <= 8, "grouped MoE: unknown pipeline variant ", variant);
+  DSV4_CHECK(variant <= 1 || variant == 4 || variant >= 7 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
              " is a diagnostic (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
 }
@@ -219,11 +221,15 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   p.y = ws.y_.get();
   p.out = a.out;
   const int grid = sm_count();
-  launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   // Default: 16 warps × 2-stage rings from 8 tokens (H200: −9 % at T=8, −12 % at T=256 against
   // 8 × 4), 8 × 4 below (equal at T=1, better on the shared expert alone; docs/moe-grouped.md).
+  // From 1024 tokens: 8 × 4 with chunks of 32 tokens (variant 8; one weight pass and one FP4
+  // conversion per 32 of an expert's tokens, bit-identical: H200, Flash shapes, T = 1024 / 2048:
+  // −15 % / −11 %; slower up to 512).
   int variant = g_pipeline.load(std::memory_order_relaxed);
-  if (variant == 0) variant = p.T >= 8 ? 4 : 7;
+  if (variant == 0) variant = p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
+  p.chunk_tokens = variant == 8 ? moe4::kTokWide : moe4::kTok;
+  launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   switch (variant) {
     case 1: launch_gemms<moe4::kShape12x3, moe4::kDiagNone>(p, grid, stream); break;
     case 2: launch_gemms<moe4::kShape8x4, moe4::kDiagLoadOnly>(p, grid, stream); break;
@@ -231,6 +237,7 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     case 4: launch_gemms<moe4::kShape16x2, moe4::kDiagNone>(p, grid, stream); break;
     case 5: launch_gemms<moe4::kShape16x2, moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 6: launch_gemms<moe4::kShape8x4, moe4::kDiagMathOnly>(p, grid, stream); break;
+    case 8: launch_gemms<moe4::kShape8x4Wide, moe4::kDiagNone>(p, grid, stream); break;
     default: launch_gemms<moe4::kShape8x4, moe4::kDiagNone>(p, grid, stream);  // 7
   }
   launch_pdl(moe4::moe_combine_kernel, dim3(p.T, (p.D + 1023) / 1024), dim3(256), 0, stream, p);

@@ -4,13 +4,14 @@
 //  0. group: blocks 0..T−1 Q8-quantize x (per 128, power-of-two scales) into the "MMA layout"
 //     below; block T histograms the (token, k) slots per expert, scans offsets, scatters each
 //     slot to a position p (positions are grouped by expert; the shared expert is expert E with
-//     positions P..P+T−1, P = T·k) and cuts every expert's positions into chunks of ≤ 8 tokens.
+//     positions P..P+T−1, P = T·k) and cuts every expert's positions into chunks of ≤ 8 tokens
+//     (≤ 32 for large calls: Params::chunk_tokens, the wgmma n; both give the same bits).
 //  1. gate+up: a persistent grid (one CTA per SM, GemmShape warps = warpgroups of 4); one
 //     warpgroup item = (chunk, 4 consecutive row tiles), one tile per warp: 16 w1 rows and 16
-//     w3 rows × 8 tokens, streamed over K through cp.async rings (4 KB of weights per warp and
+//     w3 rows × 8 (32) tokens, streamed over K through cp.async rings (4 KB of weights per warp and
 //     stage in the warp's own shared memory, the chunk's activations once per warpgroup; only
 //     the live tokens are copied). Per 32-K block: FP4 → e4m3 in registers (the wgmma A
-//     operand, 16 rows per warp), one `wgmma m64n8k32 e4m3` per m-tile into a fresh fp32
+//     operand, 16 rows per warp), one `wgmma m64n8k32 e4m3` (n32) per m-tile into a fresh fp32
 //     partial with the activations as the shared-memory B operand, then acc += (partial·s_x)·s_w
 //     in fp32, K order — cpu::Fp4Linear's order (the partial of one 32-K block is the tensor
 //     core's sum of the same 32 products).
@@ -49,23 +50,28 @@
 
 namespace dsv4::gpu::moe4 {
 
-constexpr int kTok = 8;        // tokens per chunk (MMA n)
+constexpr int kTok = 8;        // tokens per chunk (MMA n) of the decode-sized calls
+constexpr int kTokWide = 32;   // tokens per chunk of large calls (Params::chunk_tokens)
 constexpr int kMaxE = 1023;    // experts (the group block scans E+1 ≤ 1024 entries)
 constexpr int kMaxTopK = 16;
 // Ring stage (256 K). Per warp: weights 4 KB (FP4 32 rows × 128 B, FP8 16 rows × 256 B), FP4
 // weight scales 32 rows × 8 B. Per warpgroup: activations 8 tokens × 256 B (wgmma B layout),
 // activation scales 8 tokens × 2 floats.
 constexpr int kWarpStageW = 0, kWarpStageWs = 4096, kWarpStageBytes = 4352;
-constexpr int kGroupStageA = 0, kGroupStageXs = 2048, kGroupStageBytes = 2112;
+// kN tokens per chunk (8 or 32): activations kN × 256 B, then their scales kN × 8 B.
+__host__ __device__ constexpr int group_stage_xs(int kN) { return kN * 256; }
+__host__ __device__ constexpr int group_stage_bytes(int kN) { return kN * 264; }
 // CTA shapes of phases 1/2 (one CTA per SM): warps (a multiple of 4) × ring depth.
 struct GemmShape {
   int warps, stages;
+  int tokens = kTok;  // chunk tokens (the wgmma n)
   constexpr int groups() const { return warps / 4; }
-  constexpr int smem() const { return stages * (groups() * kGroupStageBytes + warps * kWarpStageBytes); }
+  constexpr int smem() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
 };
 constexpr GemmShape kShape8x4{8, 4};    // 156,160 B
 constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
 constexpr GemmShape kShape16x2{16, 2};  // 156,160 B: the same bytes in flight, twice the warps
+constexpr GemmShape kShape8x4Wide{8, 4, kTokWide};  // 206,848 B: chunks of 32 tokens (large calls)
 // Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
 // math without the weight copies.
 constexpr int kDiagNone = 0, kDiagLoadOnly = 1, kDiagMathOnly = 2;
@@ -80,7 +86,7 @@ struct ExpertPtrs {
 struct Chunk {
   int expert;  // 0..E−1 routed; E, E+1 = shared expert, first / second half of the rows
   int pos;     // first position
-  int n;       // 1..8 tokens
+  int n;       // 1..Params::chunk_tokens tokens
 };
 
 struct Params {
@@ -106,10 +112,12 @@ struct Params {
   unsigned* arrive;           // [max chunks · I/128], zero between calls
   float* y;                   // [P+T, D] expert outputs (bf16 values)
   float* out;                 // [T, D]
+  int chunk_tokens;           // kTok or kTokWide: the gemm launches' GemmShape::tokens
 };
 
-// Chunks of the shared expert for T tokens: ⌈T/8⌉ chunks, each listed twice (two row halves).
-__host__ __device__ __forceinline__ int shared_chunks(int T) { return 2 * ((T + kTok - 1) / kTok); }
+// Chunks of the shared expert for T tokens: ⌈T/ct⌉ chunks of ct = chunk_tokens, each listed twice
+// (two row halves).
+__host__ __device__ __forceinline__ int shared_chunks(int T, int ct) { return 2 * ((T + ct - 1) / ct); }
 
 __device__ __forceinline__ int mma_layout_offset(int k) { return (k & ~31) | ((k & 1) << 4) | ((k & 31) >> 1); }
 
@@ -140,11 +148,13 @@ __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Barrier of one warpgroup (128 threads), id 1..15.
 __device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-// Shared-memory descriptor of a K-major, unswizzled B tile of 8 rows × 32 bytes: two core
-// matrices (8 rows × 16 B, rows 16 B apart) 128 B apart. Both byte offsets are 128: with one
-// 8-row group the N-direction offset is never used.
+// Shared-memory descriptor of a K-major, unswizzled B tile of kN rows × 32 bytes stored as
+// granule q (16 B of K) of row n at q·kN·16 + n·16: core matrices (8 rows × 16 B, rows 16 B
+// apart) kN·16 B apart along K (leading byte offset) and 128 B apart along N (stride byte
+// offset). For kN = 8 both are 128.
+template <int kN = kTok>
 __device__ __forceinline__ uint64_t b_desc(uint32_t saddr) {
-  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(128 >> 4) << 16) | (uint64_t(128 >> 4) << 32);
+  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t((kN * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
 }
 // d = A(64×32 e4m3: this warp's rows 16w..16w+15 in a, the mma.m16n8k32 A fragment) ·
 // B(32×8 e4m3 at desc), fp32, fresh (scale-d = 0: no C).
@@ -153,6 +163,16 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[4], const uint32_t (&a)[4]
       "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+// The same over 32 columns (B = 32 × 32 e4m3): d[4j..4j+3] is the m64n8 fragment of columns 8j..8j+7.
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
@@ -249,9 +269,11 @@ __device__ __forceinline__ void issue_weights(const ItemWeights& w, int s, uint8
 // kernel's prologue before the grid dependency resolved).
 // Ring order per stage s: wait for stage s (own copies), proxy fence, warpgroup barrier (all
 // copies of s visible, all warps done with stage s−1), then refill the slot of s−1, then math.
-template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq>
+template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
                                          uint8_t* gsm, int bar, int wt, bool w_pre) {
+  constexpr int kJ = kN / 8;                  // n8 column blocks of the wgmma (1 or 4)
+  constexpr int kGs = group_stage_bytes(kN), kXs = group_stage_xs(kN);
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
   const int K = kUp ? p.D : p.I;
   const int nst = K / 256;                         // stages (256 K each)
@@ -259,25 +281,37 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, row0);
   const uint8_t *sA = iw.sA, *sB = iw.sB;  // FP8: block-row scales
   const int lane = wt & 31;
-  // Activations this thread copies: token slot wt % 8, 16-byte granule wt / 8 of each stage.
+  // Activations this thread copies: token slots tn + 8u (u < kJ), 16-byte granule tq of each
+  // stage; the scales of token slot wt (wt < chunk size).
   const int tn = wt & 7, tq = wt >> 3;
-  const int arow = kUp ? p.pos_token[ch.pos + min(tn, ch.n - 1)] : ch.pos + min(tn, ch.n - 1);
-  const uint8_t* asrc = (kUp ? p.xq : p.hq) + size_t(arow) * K + tq * 16;
-  const float* ssrc = (kUp ? p.xs : p.hs) + size_t(arow) * (K / 128);
+  auto act_row = [&](int slot) {
+    const int i = min(slot, ch.n - 1);
+    return kUp ? p.pos_token[ch.pos + i] : ch.pos + i;
+  };
+  const uint8_t* asrc[kJ];
+#pragma unroll
+  for (int u = 0; u < kJ; ++u) asrc[u] = (kUp ? p.xq : p.hq) + size_t(act_row(tn + 8 * u)) * K + tq * 16;
+  const float* ssrc = (kUp ? p.xs : p.hs) + size_t(act_row(min(wt, kN - 1))) * (K / 128);
 
   auto issue = [&](int s, bool weights) {
     if (s < nst) {
-      uint8_t* gs = gsm + (s % kNs) * kGroupStageBytes;
+      uint8_t* gs = gsm + (s % kNs) * kGs;
       if (weights && kDiag != kDiagMathOnly) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
-      if (tn < ch.n) cp16(gs + kGroupStageA + tq * 128 + tn * 16, asrc + s * 256);
-      if (wt < ch.n) cp8(gs + kGroupStageXs + wt * 8, ssrc + 2 * s);  // wt < 8: token slot tn = wt
+#pragma unroll
+      for (int u = 0; u < kJ; ++u)
+        if (tn + 8 * u < ch.n) cp16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
+      if (wt < ch.n) cp8(gs + kXs + wt * 8, ssrc + 2 * s);
     }
     cp_commit();
   };
 
   const int g = lane >> 2, t = lane & 3;
-  float acc[2][4] = {};  // FP4: in units of S = 2⁶·s_x of the current 128-K block (cur_a/b = s_x)
-  float cur_a = 1.0f, cur_b = 1.0f;
+  // acc[mt][4j + 2r + c]: m-tile mt, row g + 8r, token slot 8j + 2t + c. FP4: in units of
+  // S = 2⁶·s_x of the current 128-K block (cur[j][c] = s_x of that token slot).
+  float acc[2][4 * kJ] = {};
+  float cur[kJ][2];
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) cur[j][0] = cur[j][1] = 1.0f;
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s) issue(s, !w_pre);
   for (int s = 0; s < nst; ++s) {
@@ -287,11 +321,13 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     issue(s + kNs - 1, true);
     if constexpr (kDiag == kDiagLoadOnly) continue;  // diagnostic: the weight stream alone
     const uint8_t* W = wsm + (s % kNs) * kWarpStageBytes + kWarpStageW;
-    const uint8_t* gs = gsm + (s % kNs) * kGroupStageBytes;
-    const uint64_t desc = b_desc(smem_u32(gs + kGroupStageA));  // + 16 per 32-K block (256 B)
-    const float4 sx4 = *reinterpret_cast<const float4*>(gs + kGroupStageXs + (2 * t) * 8);
+    const uint8_t* gs = gsm + (s % kNs) * kGs;
+    // + 2·kN per 32-K block (two 16-byte granule columns of kN rows)
+    const uint64_t desc = b_desc<kN>(smem_u32(gs));
+    float4 sx4[kJ];  // token slots 8j + 2t, 8j + 2t + 1: their two 128-K blocks' scales
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) sx4[j] = *reinterpret_cast<const float4*>(gs + kXs + (8 * j + 2 * t) * 8);
     if constexpr (kFp8) {
-      const float xa[2] = {sx4.x, sx4.y}, xb[2] = {sx4.z, sx4.w};
 #pragma unroll
       for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
         const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
@@ -307,19 +343,23 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
           a[kq][2] = prmt(v0.x, v0.y, 0x7531);
           a[kq][3] = prmt(v1.x, v1.y, 0x7531);
         }
-        float d[4][4];
+        float d[4][4 * kJ];
         wg_fence();
 #pragma unroll
-        for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[kq], a[kq], desc + (4 * hb + kq) * 16);
+        for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[kq], a[kq], desc + (4 * hb + kq) * 2 * kN);
         wg_commit();
         wg_wait0();
-        float ds[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ds[i] = ((d[0][i] + d[1][i]) + d[2][i]) + d[3][i];
-        acc[0][0] = fmaf(ds[0], xa[hb] * swA, acc[0][0]);
-        acc[0][1] = fmaf(ds[1], xb[hb] * swA, acc[0][1]);
-        acc[0][2] = fmaf(ds[2], xa[hb] * swB, acc[0][2]);
-        acc[0][3] = fmaf(ds[3], xb[hb] * swB, acc[0][3]);
+        for (int j = 0; j < kJ; ++j) {
+          const float xa = hb ? sx4[j].y : sx4[j].x, xb = hb ? sx4[j].w : sx4[j].z;
+          float ds[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) ds[i] = ((d[0][4 * j + i] + d[1][4 * j + i]) + d[2][4 * j + i]) + d[3][4 * j + i];
+          acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
+          acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
+          acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
+          acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
+        }
       }
     } else {
       uint2 swr[4];
@@ -328,58 +368,62 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
         swr[m] = *reinterpret_cast<const uint2*>(wsm + (s % kNs) * kWarpStageBytes + kWarpStageWs + (g + 8 * m) * 8);
 #pragma unroll
       for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
-        {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
-          const float na = hb ? sx4.y : sx4.x, nb = hb ? sx4.w : sx4.z;
-          const float ra = pow2_ratio(cur_a, na), rbb = pow2_ratio(cur_b, nb);
+#pragma unroll
+        for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
+          const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
+          const float ra = pow2_ratio(cur[j][0], na), rbb = pow2_ratio(cur[j][1], nb);
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
-            acc[mt][0] *= ra;
-            acc[mt][2] *= ra;
-            acc[mt][1] *= rbb;
-            acc[mt][3] *= rbb;
+            acc[mt][4 * j + 0] *= ra;
+            acc[mt][4 * j + 2] *= ra;
+            acc[mt][4 * j + 1] *= rbb;
+            acc[mt][4 * j + 3] *= rbb;
           }
-          cur_a = na;
-          cur_b = nb;
+          cur[j][0] = na;
+          cur[j][1] = nb;
         }
 #pragma unroll
         for (int kq0 = 0; kq0 < 4; kq0 += kBq) {  // batches of kBq 32-K blocks × 2 m-tiles
           uint32_t a[kBq][2][4];
 #pragma unroll
-          for (int j = 0; j < kBq; ++j)
+          for (int q = 0; q < kBq; ++q)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-              const int gofs = (((4 * hb + kq0 + j) ^ g) << 4) + t * 4;
+              const int gofs = (((4 * hb + kq0 + q) ^ g) << 4) + t * 4;
               const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
               const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
-              a[j][mt][0] = fp4_lo(w0);
-              a[j][mt][1] = fp4_lo(w1);
-              a[j][mt][2] = fp4_hi(w0);
-              a[j][mt][3] = fp4_hi(w1);
+              a[q][mt][0] = fp4_lo(w0);
+              a[q][mt][1] = fp4_lo(w1);
+              a[q][mt][2] = fp4_hi(w0);
+              a[q][mt][3] = fp4_hi(w1);
             }
-          float d[kBq][2][4];  // d = partial·2⁻⁶ of block 4hb+kq0+j, m-tile mt
+          float d[kBq][2][4 * kJ];  // d = partial·2⁻⁶ of block 4hb+kq0+q, m-tile mt
           wg_fence();
 #pragma unroll
-          for (int j = 0; j < kBq; ++j)
+          for (int q = 0; q < kBq; ++q)
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[j][mt], a[j][mt], desc + (4 * hb + kq0 + j) * 16);
+            for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[q][mt], a[q][mt], desc + (4 * hb + kq0 + q) * 2 * kN);
           wg_commit();
           wg_wait0();
 #pragma unroll
-          for (int j = 0; j < kBq; ++j)
+          for (int q = 0; q < kBq; ++q)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
               // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
               // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
               const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
-              const uint32_t sel = 0x0444u | (uint32_t(kq0 + j) << 12);
+              const uint32_t sel = 0x0444u | (uint32_t(kq0 + q) << 12);
               const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
               const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
               // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
               // scales powers of two (normal range): cpu::Fp4Linear's order.
-              acc[mt][0] = fmaf(d[j][mt][0], sg, acc[mt][0]);
-              acc[mt][1] = fmaf(d[j][mt][1], sg, acc[mt][1]);
-              acc[mt][2] = fmaf(d[j][mt][2], sg8, acc[mt][2]);
-              acc[mt][3] = fmaf(d[j][mt][3], sg8, acc[mt][3]);
+#pragma unroll
+              for (int j = 0; j < kJ; ++j) {
+                acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
+                acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
+                acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
+                acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
+              }
             }
         }
       }
@@ -388,35 +432,40 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   cp_wait<0>();
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
   if constexpr (!kFp8) {  // u → acc = u·S
-    const float Sa = cur_a * 64.0f, Sb = cur_b * 64.0f;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      acc[mt][0] *= Sa;
-      acc[mt][2] *= Sa;
-      acc[mt][1] *= Sb;
-      acc[mt][3] *= Sb;
+    for (int j = 0; j < kJ; ++j) {
+      const float Sa = cur[j][0] * 64.0f, Sb = cur[j][1] * 64.0f;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        acc[mt][4 * j + 0] *= Sa;
+        acc[mt][4 * j + 2] *= Sa;
+        acc[mt][4 * j + 1] *= Sb;
+        acc[mt][4 * j + 3] *= Sb;
+      }
     }
   }
 
   if constexpr (kUp) {
-    // Gate g and up u of I-row row0 + ir for token slot 2t + c (FP4: ir = g + 8r from the two
-    // m-tiles; FP8: ir = g, the tile's rows g / g+8).
+    // Gate g and up u of I-row row0 + ir for token slot 8j + 2t + c (FP4: ir = g + 8r from the
+    // two m-tiles; FP8: ir = g, the tile's rows g / g+8).
     constexpr int kRows = kFp8 ? 8 : 16;
 #pragma unroll
-    for (int r = 0; r < (kFp8 ? 1 : 2); ++r)
+    for (int j = 0; j < kJ; ++j)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int i = 2 * t + c;
-        float gv = round_bf16(kFp8 ? acc[0][c] : acc[0][2 * r + c]);
-        float uv = round_bf16(kFp8 ? acc[0][2 + c] : acc[1][2 * r + c]);
-        if (p.limit > 0) {
-          uv = fminf(fmaxf(uv, -p.limit), p.limit);
-          gv = fminf(gv, p.limit);
+      for (int r = 0; r < (kFp8 ? 1 : 2); ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int i = 8 * j + 2 * t + c;
+          float gv = round_bf16(kFp8 ? acc[0][4 * j + c] : acc[0][4 * j + 2 * r + c]);
+          float uv = round_bf16(kFp8 ? acc[0][4 * j + 2 + c] : acc[1][4 * j + 2 * r + c]);
+          if (p.limit > 0) {
+            uv = fminf(fmaxf(uv, -p.limit), p.limit);
+            gv = fminf(gv, p.limit);
+          }
+          float hv = (gv / (1.0f + dexpf(-gv))) * uv;
+          if (!kFp8) hv = p.pos_weight[ch.pos + min(i, ch.n - 1)] * hv;
+          if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = round_bf16(hv);
         }
-        float hv = (gv / (1.0f + dexpf(-gv))) * uv;
-        if (!kFp8) hv = p.pos_weight[ch.pos + min(i, ch.n - 1)] * hv;
-        if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = round_bf16(hv);
-      }
     // The last of the 128/kRows items covering this 128-wide I block quantizes it (Q8, per
     // token). All of them belong to chunk entry ci (an FP8 half covers whole blocks).
     const int qb = row0 / 128, nqb = p.I / 128;
@@ -436,14 +485,17 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     }
   } else {
 #pragma unroll
-    for (int mt = 0; mt < (kFp8 ? 1 : 2); ++mt)
+    for (int j = 0; j < kJ; ++j)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int mt = 0; mt < (kFp8 ? 1 : 2); ++mt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int i = 2 * t + c;
-          if (i < ch.n) p.y[size_t(ch.pos + i) * p.D + row0 + mt * 16 + g + 8 * r] = round_bf16(acc[mt][2 * r + c]);
-        }
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int i = 8 * j + 2 * t + c;
+            if (i < ch.n)
+              p.y[size_t(ch.pos + i) * p.D + row0 + mt * 16 + g + 8 * r] = round_bf16(acc[mt][4 * j + 2 * r + c]);
+          }
   }
 }
 
@@ -471,20 +523,22 @@ __device__ __forceinline__ void prefetch_item_weights(const Params& p, int exper
 // without the math, kDiagMathOnly the math on whatever the ring holds without copying weights
 // (activations still copied).
 // Under programmatic dependent launch the first item's weights start streaming before
-// pdl_wait(): gate+up when it is a shared-expert item (chunks 0..shared_chunks(T)−1 whatever
+// pdl_wait(): gate+up when it is a shared-expert item (chunks 0..shared_chunks(T, kN)−1 whatever
 // the routing), down always (its chunk list was written by the group kernel, which completed
 // before any gate+up CTA passed its pdl_wait and triggered this grid; read through L2).
-template <bool kUp, int kNw, int kNs, int kDiag = kDiagNone>
+template <bool kUp, int kNw, int kNs, int kDiag = kDiagNone, int kN = kTok>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
   static_assert(kNw % 4 == 0, "whole warpgroups");
+  static_assert(kN == kTok || kN == kTokWide, "chunks of 8 or 32 tokens");
   constexpr int kNg = kNw / 4;
   // FP4 32-K blocks per wgmma batch (A fragments and partials live until its wait): 4 where
-  // registers allow, 2 at 16 warps (128 registers).
-  constexpr int kBq = kNw >= 16 ? 2 : 4;
+  // registers allow, 2 at 16 warps (128 registers), 1 with 32-token chunks (16 partials each).
+  constexpr int kBq = kN > kTok ? 1 : kNw >= 16 ? 2 : 4;
+  constexpr int kGs = group_stage_bytes(kN);
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = warp >> 2, wt = threadIdx.x & 127;
-  uint8_t* gsm = smem + grp * kNs * kGroupStageBytes;
-  uint8_t* wsm = smem + kNg * kNs * kGroupStageBytes + warp * kNs * kWarpStageBytes;
+  uint8_t* gsm = smem + grp * kNs * kGs;
+  uint8_t* wsm = smem + kNg * kNs * kGs + warp * kNs * kWarpStageBytes;
   const int groups = (kUp ? p.I / 16 : p.D / 32) / 4;  // tile groups per chunk
   int item = grp * gridDim.x + blockIdx.x;
   bool w_pre = false;
@@ -492,7 +546,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
     const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
     if constexpr (kDiag == kDiagMathOnly) {
     } else if constexpr (kUp) {
-      if (p.has_shared && ci < shared_chunks(p.T)) {
+      if (p.has_shared && ci < shared_chunks(p.T, kN)) {
         prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, wsm, lane);
         w_pre = true;
       }
@@ -509,8 +563,8 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
   for (; item < total; item += gridDim.x * kNg) {
     const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
     const Chunk ch = p.chunks[ci];
-    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
-    else moe_item<kUp, false, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
+    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kDiag, kBq, kN>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
+    else moe_item<kUp, false, kNs, kDiag, kBq, kN>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
     w_pre = false;
   }
 }

@@ -37,10 +37,11 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
   __syncthreads();
   // Block-wide exclusive scan of cnt and of the routed chunk counts (one entry per thread).
   // The shared expert's chunks (tid == E, each twice: its two halves of the rows) come first,
-  // at indices 0..shared_chunks(T)−1 whatever the routing (the gate+up kernel starts their
+  // at indices 0..shared_chunks(T, chunk_tokens)−1 whatever the routing (the gate+up kernel starts their
   // weight copies before the grid dependency resolves), so they stay out of the chunk scan.
-  const int nsc = p.has_shared ? shared_chunks(p.T) : 0;
-  int c = tid <= E ? cnt[tid] : 0, nc = tid < E ? (c + kTok - 1) / kTok : 0;
+  const int ct = p.chunk_tokens;
+  const int nsc = p.has_shared ? shared_chunks(p.T, ct) : 0;
+  int c = tid <= E ? cnt[tid] : 0, nc = tid < E ? (c + ct - 1) / ct : 0;
   int ic = c, inc = nc;
   for (int o = 1; o < 32; o <<= 1) {
     const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, inc, o);
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
     for (int j = 0; j < nc; ++j) {
       const int q = tid == E ? j >> 1 : j;  // shared: chunk q, half j & 1
       p.chunks[choff[tid] + j] =
-          Chunk{tid + (tid == E ? j & 1 : 0), off[tid] + q * kTok, min(kTok, c - q * kTok)};
+          Chunk{tid + (tid == E ? j & 1 : 0), off[tid] + q * ct, min(ct, c - q * ct)};
     }
 }
 
