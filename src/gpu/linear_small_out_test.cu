@@ -205,9 +205,16 @@ TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
   }
   EXPECT_LE(differ, int64_t(gx.size() / 1000) + 1);
   EXPECT_LE(worst_cpu, 1.0 / 128);
-  // With the Q8 output: x unchanged, codes and scales bit-equal to quantize_q8_rows(x).
+  // With the Q8 output (dim % 128 == 0; otherwise refused with a clear error): x unchanged, codes
+  // and scales bit-equal to quantize_q8_rows(x).
   DeviceBuffer<float> xb(n * D), postb(n * hc), combb(n * hc * hc), scales(n * D / 128), want_scales(n * D / 128);
   DeviceBuffer<uint8_t> codes(n * D), want_codes(n * D);
+  if (D % 128 != 0) {
+    EXPECT_THROW(hc_pre_norm(ds.get(), ws.get(), chunks, n, D, dsc.get(), db.get(), hp, dn.get(), xb.get(),
+                             postb.get(), combb.get(), nullptr, codes.get(), scales.get()),
+                 std::exception);
+    return;
+  }
   ASSERT_TRUE(hc_pre_norm(ds.get(), ws.get(), chunks, n, D, dsc.get(), db.get(), hp, dn.get(), xb.get(), postb.get(),
                           combb.get(), nullptr, codes.get(), scales.get()));
   quantize_q8_rows(xb.get(), n, D, want_codes.get(), want_scales.get(), nullptr);
