@@ -44,10 +44,16 @@ __global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int mode) {
   }
 }
 
+// Whether environment variable `name` is set and not empty.
+bool named(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && *e != '\0';
+}
+
 // Whether v is in the comma list of environment variable `name` (unset or empty: every value).
 bool picked(const char* name, int v) {
+  if (!named(name)) return true;
   const char* e = std::getenv(name);
-  if (!e || !*e) return true;
   for (const char* c = e; *c;) {
     char* end = nullptr;
     const long x = std::strtol(c, &end, 10);
@@ -136,7 +142,7 @@ int main(int argc, char** argv) {
       if (!picked("DSV4_BENCH_KINDS", kind)) continue;
       for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}) {
         if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
-        if (!picked("DSV4_BENCH_T", T) || (T > 256 && std::getenv("DSV4_BENCH_T") == nullptr)) continue;
+        if (!picked("DSV4_BENCH_T", T) || (T > 256 && !named("DSV4_BENCH_T"))) continue;
         // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
         std::vector<int32_t> ids(size_t(R) * T * K);
         std::vector<float> wts(ids.size());

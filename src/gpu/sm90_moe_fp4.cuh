@@ -309,6 +309,16 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   // acc[mt][4j + 2r + c]: m-tile mt, row g + 8r, token slot 8j + 2t + c. FP4: in units of
   // S = 2⁶·s_x of the current 128-K block (cur[j][c] = s_x of that token slot).
   float acc[2][4 * kJ] = {};
+  // Multiplies column block j's outputs of token slots 8j + 2t by a, of 8j + 2t + 1 by b.
+  auto scale_cols = [&](int j, float a, float b) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      acc[mt][4 * j + 0] *= a;
+      acc[mt][4 * j + 2] *= a;
+      acc[mt][4 * j + 1] *= b;
+      acc[mt][4 * j + 3] *= b;
+    }
+  };
   float cur[kJ][2];
 #pragma unroll
   for (int j = 0; j < kJ; ++j) cur[j][0] = cur[j][1] = 1.0f;
@@ -371,14 +381,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 #pragma unroll
         for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
           const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
-          const float ra = pow2_ratio(cur[j][0], na), rbb = pow2_ratio(cur[j][1], nb);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            acc[mt][4 * j + 0] *= ra;
-            acc[mt][4 * j + 2] *= ra;
-            acc[mt][4 * j + 1] *= rbb;
-            acc[mt][4 * j + 3] *= rbb;
-          }
+          scale_cols(j, pow2_ratio(cur[j][0], na), pow2_ratio(cur[j][1], nb));
           cur[j][0] = na;
           cur[j][1] = nb;
         }
@@ -433,16 +436,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
   if constexpr (!kFp8) {  // u → acc = u·S
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const float Sa = cur[j][0] * 64.0f, Sb = cur[j][1] * 64.0f;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        acc[mt][4 * j + 0] *= Sa;
-        acc[mt][4 * j + 2] *= Sa;
-        acc[mt][4 * j + 1] *= Sb;
-        acc[mt][4 * j + 3] *= Sb;
-      }
-    }
+    for (int j = 0; j < kJ; ++j) scale_cols(j, cur[j][0] * 64.0f, cur[j][1] * 64.0f);
   }
 
   if constexpr (kUp) {
