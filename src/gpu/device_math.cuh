@@ -28,8 +28,16 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
   return __uint_as_float(sign | (uint32_t(exp - 7 + 127) << 23) | (uint32_t(man) << 20));
 }
 
-// Input already clamped to [-448, 448] by the callers (as the reference does).
+// Input already clamped to [-448, 448] by the callers (as the reference does). Round to nearest
+// even; sm_89+ converts in hardware (cvt.rn.satfinite: the same code for every input in range,
+// NaN → 0x7f), older targets in software.
 __device__ __forceinline__ uint8_t float_to_e4m3(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (isnan(f)) return 0x7f;
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return uint8_t(r & 0xff);
+#else
   if (isnan(f)) return 0x7f;
   const uint8_t sign = signbit(f) ? 0x80 : 0;
   const float a = fabsf(f);
@@ -47,6 +55,7 @@ __device__ __forceinline__ uint8_t float_to_e4m3(float f) {
   }
   if (e > 8 || (e == 8 && q - 8 > 6)) return sign | 0x7e;
   return sign | uint8_t(((e + 7) << 3) | (q - 8));
+#endif
 }
 
 __device__ __forceinline__ float e8m0_to_float(uint8_t b) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cpu/linear.h"
 #include "cpu/mhc.h"
 #include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
 #include "gpu/gpu_test_util.h"
 #include "gpu/kv_fp8.h"
 #include "gpu/linear_mma.h"
@@ -23,6 +25,43 @@
 
 namespace dsv4::gpu {
 namespace {
+
+__global__ void e4m3_encode_kernel(const float* x, uint8_t* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = float_to_e4m3(x[i]);
+}
+
+// The device encoder (hardware cvt on sm_89+) gives numerics::float_to_e4m3's code for every code's
+// value, both neighbours of every midpoint between codes and the midpoints themselves (ties to
+// even), zeros, tiny values, ±448 and beyond (saturation), NaN, and 2^20 random values in range.
+TEST(E4m3EncodeTest, MatchesNumericsEverywhere) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 448.0f, -448.0f, 460.0f, 464.0f, 1e9f, -1e9f,
+                          std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (int c = 0; c < 0x7e; ++c) {
+    const float a = numerics::e4m3_to_float(uint8_t(c)), b = numerics::e4m3_to_float(uint8_t(c + 1));
+    const float mid = 0.5f * (a + b);  // exact: the codes' values have ≤ 4 significant bits
+    for (const float v : {a, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ud(-448.0f, 448.0f);
+  std::uniform_int_distribution<int> ed(-20, 8);
+  for (int i = 0; i < (1 << 20); ++i) x.push_back(i % 2 ? ud(rng) : std::ldexp(ud(rng) / 448.0f, ed(rng)));
+  const int n = int(x.size());
+  auto dx = to_device(x);
+  DeviceBuffer<uint8_t> out(n);
+  e4m3_encode_kernel<<<(n + 255) / 256, 256>>>(dx.get(), out.get(), n);
+  CUDA_CHECK_LAUNCH();
+  const std::vector<uint8_t> got = out.download();
+  int bad = 0;
+  for (int i = 0; i < n; ++i)
+    if (got[i] != numerics::float_to_e4m3(x[i]) && bad++ < 5)
+      ADD_FAILURE() << "x = " << x[i] << ": device " << int(got[i]) << ", numerics " << int(numerics::float_to_e4m3(x[i]));
+  EXPECT_EQ(bad, 0);
+}
 
 TEST(HeadRmsTest, MatchesReferenceBitForBit) {
   SKIP_WITHOUT_GPU();

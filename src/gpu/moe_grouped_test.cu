@@ -278,7 +278,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{256, 512, 256, 32, 6, 1, -6, true}, Case{40, 512, 256, 32, 6, 2, -6, true},
                       Case{16, 512, 256, 32, 6, 0, -2, true}, Case{9, 512, 256, 32, 6, 0, -6, false},
                       Case{4, 4096, 2048, 8, 6, 0, -8, true}, Case{24, 4096, 2048, 8, 6, 1, -8, true},
-                      Case{1000, 512, 256, 64, 6, 1, -6, true}));
+                      Case{1000, 512, 256, 64, 6, 1, -6, true},
+                      // T = 1: Flash per-rank shapes at TP1 / TP2, repeated ids without the shared
+                      // expert, clamps triggered.
+                      Case{1, 4096, 2048, 8, 6, 0, -8, true}, Case{1, 4096, 1024, 8, 6, 2, -8, false},
+                      Case{1, 512, 256, 32, 6, 0, -2, true}));
 
 }  // namespace
 }  // namespace dsv4::gpu

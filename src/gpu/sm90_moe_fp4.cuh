@@ -193,18 +193,37 @@ __device__ __forceinline__ float pow2_ratio(float a, float b) {
 __device__ __forceinline__ float e8m0f(uint32_t b) { return __uint_as_float(b ? b << 23 : 0x00400000u); }
 
 
-// Q8 of 128 values (4 per lane) into codes (MMA layout) + scale; k0 = first K index.
-__device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8_t* codes_row, float* scale) {
+// Q8 of 128 values, 4 per lane of a warp: returns the block's power-of-two scale and this lane's
+// 4 e4m3 codes.
+__device__ __forceinline__ float q8_block_codes(float4 v, uint8_t (&codes)[4]) {
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
   amax = warp_max(amax);
-  const float sc = q8_block_scale(amax);
+  const float sc = q8_block_scale(amax), inv = 1.0f / sc;  // a power of two: v·inv == v / sc exactly
   const float vals[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int k = k0 + lane * 4 + i;
-    codes_row[mma_layout_offset(k)] = float_to_e4m3(fminf(fmaxf(vals[i] / sc, -448.0f), 448.0f));
-  }
+  for (int i = 0; i < 4; ++i) codes[i] = float_to_e4m3(fminf(fmaxf(vals[i] * inv, -448.0f), 448.0f));
+  return sc;
+}
+// Q8 of 128 values (4 per lane) into codes (MMA layout) + scale; k0 = first K index.
+__device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8_t* codes_row, float* scale) {
+  uint8_t codes[4];
+  const float sc = q8_block_codes(v, codes);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) codes_row[mma_layout_offset(k0 + lane * 4 + i)] = codes[i];
   if (lane == 0) *scale = sc;
+}
+// One h value from the fp32 gate and up sums (spec §4.8): both rounded to bf16, clamped (limit > 0),
+// SwiGLU, times the routing weight w (kWeighted: routed experts), rounded to bf16.
+template <bool kWeighted>
+__device__ __forceinline__ float swiglu_h(float g, float u, float limit, float w) {
+  float gv = round_bf16(g), uv = round_bf16(u);
+  if (limit > 0) {
+    uv = fminf(fmaxf(uv, -limit), limit);
+    gv = fminf(gv, limit);
+  }
+  float hv = (gv / (1.0f + dexpf(-gv))) * uv;
+  if (kWeighted) hv = w * hv;
+  return round_bf16(hv);
 }
 
 // Weight source of one warp item in the stage-tile layout (moe_grouped.h): stage s of the
@@ -251,6 +270,132 @@ __device__ __forceinline__ void issue_weights(const ItemWeights& w, int s, uint8
     if (lane < 16)
       cp16(st + kWarpStageWs + lane * 16, kUp ? (lane < 8 ? w.sA + s * 128 + lane * 16 : w.sB + s * 128 + (lane - 8) * 16)
                                           : w.sA + s * 256 + lane * 16);
+  }
+}
+
+// Multiplies column block j's accumulators of token slots 8j + 2t by a, of 8j + 2t + 1 by b.
+template <int kJ>
+__device__ __forceinline__ void scale_cols(float (&acc)[2][4 * kJ], int j, float a, float b) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    acc[mt][4 * j + 0] *= a;
+    acc[mt][4 * j + 2] *= a;
+    acc[mt][4 * j + 1] *= b;
+    acc[mt][4 * j + 3] *= b;
+  }
+}
+
+// The math of one 256-K stage of a warp's item (moe_item's layouts): wslot the warp's ring slot
+// (weights at kWarpStageW, FP4 row scales at kWarpStageWs), gs the warpgroup's activation stage
+// (kN token slots × 256 B in the wgmma B layout, then their scales, 2 floats per slot), sA/sB
+// the FP8 block-row scales and s the stage's index in the item (FP8 only). Accumulates into acc
+// (FP4: in units of S = 2⁶·s_x of the current 128-K block, cur[j][c] = that s_x).
+template <bool kFp8, int kBq, int kN>
+__device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* gs, const uint8_t* sA,
+                                           const uint8_t* sB, int s, int lane, float (&acc)[2][4 * (kN / 8)],
+                                           float (&cur)[kN / 8][2]) {
+  constexpr int kJ = kN / 8;
+  constexpr int kXs = group_stage_xs(kN);
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* W = wslot + kWarpStageW;
+  // + 2·kN per 32-K block (two 16-byte granule columns of kN rows)
+  const uint64_t desc = b_desc<kN>(smem_u32(gs));
+  float4 sx4[kJ];  // token slots 8j + 2t, 8j + 2t + 1: their two 128-K blocks' scales
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) sx4[j] = *reinterpret_cast<const float4*>(gs + kXs + (8 * j + 2 * t) * 8);
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
+      const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
+      uint32_t a[4][4];
+#pragma unroll
+      for (int kq = 0; kq < 4; ++kq) {
+        const int kb = 4 * hb + kq;
+        const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
+        const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
+        const uint2 v1 = *reinterpret_cast<const uint2*>(W + (g + 8) * 256 + gofs);
+        a[kq][0] = prmt(v0.x, v0.y, 0x6420);
+        a[kq][1] = prmt(v1.x, v1.y, 0x6420);
+        a[kq][2] = prmt(v0.x, v0.y, 0x7531);
+        a[kq][3] = prmt(v1.x, v1.y, 0x7531);
+      }
+      float d[4][4 * kJ];
+      wg_fence();
+#pragma unroll
+      for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[kq], a[kq], desc + (4 * hb + kq) * 2 * kN);
+      wg_commit();
+      wg_wait0();
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const float xa = hb ? sx4[j].y : sx4[j].x, xb = hb ? sx4[j].w : sx4[j].z;
+        float ds[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ds[i] = ((d[0][4 * j + i] + d[1][4 * j + i]) + d[2][4 * j + i]) + d[3][4 * j + i];
+        acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
+        acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
+        acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
+        acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
+      }
+    }
+  } else {
+    uint2 swr[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      swr[m] = *reinterpret_cast<const uint2*>(wslot + kWarpStageWs + (g + 8 * m) * 8);
+#pragma unroll
+    for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
+        const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
+        scale_cols<kJ>(acc, j, pow2_ratio(cur[j][0], na), pow2_ratio(cur[j][1], nb));
+        cur[j][0] = na;
+        cur[j][1] = nb;
+      }
+#pragma unroll
+      for (int kq0 = 0; kq0 < 4; kq0 += kBq) {  // batches of kBq 32-K blocks × 2 m-tiles
+        uint32_t a[kBq][2][4];
+#pragma unroll
+        for (int q = 0; q < kBq; ++q)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            const int gofs = (((4 * hb + kq0 + q) ^ g) << 4) + t * 4;
+            const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
+            const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
+            a[q][mt][0] = fp4_lo(w0);
+            a[q][mt][1] = fp4_lo(w1);
+            a[q][mt][2] = fp4_hi(w0);
+            a[q][mt][3] = fp4_hi(w1);
+          }
+        float d[kBq][2][4 * kJ];  // d = partial·2⁻⁶ of block 4hb+kq0+q, m-tile mt
+        wg_fence();
+#pragma unroll
+        for (int q = 0; q < kBq; ++q)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[q][mt], a[q][mt], desc + (4 * hb + kq0 + q) * 2 * kN);
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int q = 0; q < kBq; ++q)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
+            // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
+            const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
+            const uint32_t sel = 0x0444u | (uint32_t(kq0 + q) << 12);
+            const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
+            const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
+            // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
+            // scales powers of two (normal range): cpu::Fp4Linear's order.
+#pragma unroll
+            for (int j = 0; j < kJ; ++j) {
+              acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
+              acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
+              acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
+              acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
+            }
+          }
+      }
+    }
   }
 }
 
@@ -309,16 +454,6 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   // acc[mt][4j + 2r + c]: m-tile mt, row g + 8r, token slot 8j + 2t + c. FP4: in units of
   // S = 2⁶·s_x of the current 128-K block (cur[j][c] = s_x of that token slot).
   float acc[2][4 * kJ] = {};
-  // Multiplies column block j's outputs of token slots 8j + 2t by a, of 8j + 2t + 1 by b.
-  auto scale_cols = [&](int j, float a, float b) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      acc[mt][4 * j + 0] *= a;
-      acc[mt][4 * j + 2] *= a;
-      acc[mt][4 * j + 1] *= b;
-      acc[mt][4 * j + 3] *= b;
-    }
-  };
   float cur[kJ][2];
 #pragma unroll
   for (int j = 0; j < kJ; ++j) cur[j][0] = cur[j][1] = 1.0f;
@@ -330,113 +465,13 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     group_sync(bar);
     issue(s + kNs - 1, true);
     if constexpr (kDiag == kDiagLoadOnly) continue;  // diagnostic: the weight stream alone
-    const uint8_t* W = wsm + (s % kNs) * kWarpStageBytes + kWarpStageW;
-    const uint8_t* gs = gsm + (s % kNs) * kGs;
-    // + 2·kN per 32-K block (two 16-byte granule columns of kN rows)
-    const uint64_t desc = b_desc<kN>(smem_u32(gs));
-    float4 sx4[kJ];  // token slots 8j + 2t, 8j + 2t + 1: their two 128-K blocks' scales
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) sx4[j] = *reinterpret_cast<const float4*>(gs + kXs + (8 * j + 2 * t) * 8);
-    if constexpr (kFp8) {
-#pragma unroll
-      for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
-        const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
-        uint32_t a[4][4];
-#pragma unroll
-        for (int kq = 0; kq < 4; ++kq) {
-          const int kb = 4 * hb + kq;
-          const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
-          const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
-          const uint2 v1 = *reinterpret_cast<const uint2*>(W + (g + 8) * 256 + gofs);
-          a[kq][0] = prmt(v0.x, v0.y, 0x6420);
-          a[kq][1] = prmt(v1.x, v1.y, 0x6420);
-          a[kq][2] = prmt(v0.x, v0.y, 0x7531);
-          a[kq][3] = prmt(v1.x, v1.y, 0x7531);
-        }
-        float d[4][4 * kJ];
-        wg_fence();
-#pragma unroll
-        for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[kq], a[kq], desc + (4 * hb + kq) * 2 * kN);
-        wg_commit();
-        wg_wait0();
-#pragma unroll
-        for (int j = 0; j < kJ; ++j) {
-          const float xa = hb ? sx4[j].y : sx4[j].x, xb = hb ? sx4[j].w : sx4[j].z;
-          float ds[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) ds[i] = ((d[0][4 * j + i] + d[1][4 * j + i]) + d[2][4 * j + i]) + d[3][4 * j + i];
-          acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
-          acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
-          acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
-          acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
-        }
-      }
-    } else {
-      uint2 swr[4];
-#pragma unroll
-      for (int m = 0; m < 4; ++m)
-        swr[m] = *reinterpret_cast<const uint2*>(wsm + (s % kNs) * kWarpStageBytes + kWarpStageWs + (g + 8 * m) * 8);
-#pragma unroll
-      for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
-#pragma unroll
-        for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
-          const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
-          scale_cols(j, pow2_ratio(cur[j][0], na), pow2_ratio(cur[j][1], nb));
-          cur[j][0] = na;
-          cur[j][1] = nb;
-        }
-#pragma unroll
-        for (int kq0 = 0; kq0 < 4; kq0 += kBq) {  // batches of kBq 32-K blocks × 2 m-tiles
-          uint32_t a[kBq][2][4];
-#pragma unroll
-          for (int q = 0; q < kBq; ++q)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              const int gofs = (((4 * hb + kq0 + q) ^ g) << 4) + t * 4;
-              const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
-              const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
-              a[q][mt][0] = fp4_lo(w0);
-              a[q][mt][1] = fp4_lo(w1);
-              a[q][mt][2] = fp4_hi(w0);
-              a[q][mt][3] = fp4_hi(w1);
-            }
-          float d[kBq][2][4 * kJ];  // d = partial·2⁻⁶ of block 4hb+kq0+q, m-tile mt
-          wg_fence();
-#pragma unroll
-          for (int q = 0; q < kBq; ++q)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[q][mt], a[q][mt], desc + (4 * hb + kq0 + q) * 2 * kN);
-          wg_commit();
-          wg_wait0();
-#pragma unroll
-          for (int q = 0; q < kBq; ++q)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
-              // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
-              const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
-              const uint32_t sel = 0x0444u | (uint32_t(kq0 + q) << 12);
-              const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
-              const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
-              // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
-              // scales powers of two (normal range): cpu::Fp4Linear's order.
-#pragma unroll
-              for (int j = 0; j < kJ; ++j) {
-                acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
-                acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
-                acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
-                acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
-              }
-            }
-        }
-      }
-    }
+    stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
   }
   cp_wait<0>();
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
   if constexpr (!kFp8) {  // u → acc = u·S
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) scale_cols(j, cur[j][0] * 64.0f, cur[j][1] * 64.0f);
+    for (int j = 0; j < kJ; ++j) scale_cols<kJ>(acc, j, cur[j][0] * 64.0f, cur[j][1] * 64.0f);
   }
 
   if constexpr (kUp) {
@@ -450,15 +485,10 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int i = 8 * j + 2 * t + c;
-          float gv = round_bf16(kFp8 ? acc[0][4 * j + c] : acc[0][4 * j + 2 * r + c]);
-          float uv = round_bf16(kFp8 ? acc[0][4 * j + 2 + c] : acc[1][4 * j + 2 * r + c]);
-          if (p.limit > 0) {
-            uv = fminf(fmaxf(uv, -p.limit), p.limit);
-            gv = fminf(gv, p.limit);
-          }
-          float hv = (gv / (1.0f + dexpf(-gv))) * uv;
-          if (!kFp8) hv = p.pos_weight[ch.pos + min(i, ch.n - 1)] * hv;
-          if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = round_bf16(hv);
+          const float hv = swiglu_h<!kFp8>(kFp8 ? acc[0][4 * j + c] : acc[0][4 * j + 2 * r + c],
+                                           kFp8 ? acc[0][4 * j + 2 + c] : acc[1][4 * j + 2 * r + c], p.limit,
+                                           kFp8 ? 1.0f : p.pos_weight[ch.pos + min(i, ch.n - 1)]);
+          if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = hv;
         }
     // The last of the 128/kRows items covering this 128-wide I block quantizes it (Q8, per
     // token). All of them belong to chunk entry ci (an FP8 half covers whole blocks).
