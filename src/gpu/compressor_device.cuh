@@ -92,9 +92,9 @@ __device__ __forceinline__ void compressor_finish_entry(float* e, int64_t entry,
       float* blk = e + k * 64;
       float amax = 0.0f;
       for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(blk[i]));
-      const float sc = q8_block_scale(amax);
+      const float sc = q8_block_scale(amax), inv = 1.0f / sc;  // a power of two: v·inv == v / sc exactly
       for (int i = 0; i < 64; ++i)
-        blk[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(blk[i] / sc, -448.0f), 448.0f))) * sc);
+        blk[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(blk[i] * inv, -448.0f), 448.0f))) * sc);
     }
     return;
   }
@@ -113,9 +113,9 @@ __device__ __forceinline__ void compressor_finish_entry(float* e, int64_t entry,
     float* blk = e + k * 32;
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(blk[i]));
-    const float sc = q4_block_scale(amax);
+    const float sc = q4_block_scale(amax), inv = 1.0f / sc;  // a power of two (normal): exact
     for (int i = 0; i < 32; ++i)
-      blk[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(blk[i] / sc, -6.0f), 6.0f))) * sc);
+      blk[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(blk[i] * inv, -6.0f), 6.0f))) * sc);
   }
 }
 

@@ -66,9 +66,9 @@ __device__ __forceinline__ void q8_quantize_block_warp(const float (&v)[4], int 
 #pragma unroll
   for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
   amax = warp_max(amax);
-  const float sc = q8_block_scale(amax);
+  const float sc = q8_block_scale(amax), inv = 1.0f / sc;  // a power of two: v·inv == v / sc exactly
 #pragma unroll
-  for (int i = 0; i < 4; ++i) codes[lane * 4 + i] = float_to_e4m3(fminf(fmaxf(v[i] / sc, -448.0f), 448.0f));
+  for (int i = 0; i < 4; ++i) codes[lane * 4 + i] = float_to_e4m3(fminf(fmaxf(v[i] * inv, -448.0f), 448.0f));
   if (lane == 0) *scale = sc;
 }
 
@@ -108,13 +108,13 @@ __device__ __forceinline__ void simulate_block_warp(float* v, int block, int lan
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   if (Q4) {
-    const float sc = q4_block_scale(amax);
+    const float sc = q4_block_scale(amax), inv = 1.0f / sc;  // powers of two: v·inv == v / sc exactly
     for (int i = lane; i < block; i += 32)
-      v[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[i] / sc, -6.0f), 6.0f))) * sc);
+      v[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[i] * inv, -6.0f), 6.0f))) * sc);
   } else {
-    const float sc = q8_block_scale(amax);
+    const float sc = q8_block_scale(amax), inv = 1.0f / sc;
     for (int i = lane; i < block; i += 32)
-      v[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(v[i] / sc, -448.0f), 448.0f))) * sc);
+      v[i] = round_bf16(e4m3_to_float(float_to_e4m3(fminf(fmaxf(v[i] * inv, -448.0f), 448.0f))) * sc);
   }
 }
 
