@@ -32,13 +32,12 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
 // even; sm_89+ converts in hardware (cvt.rn.satfinite: the same code for every input in range,
 // NaN → 0x7f), older targets in software.
 __device__ __forceinline__ uint8_t float_to_e4m3(float f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   if (isnan(f)) return 0x7f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint16_t r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
   return uint8_t(r & 0xff);
 #else
-  if (isnan(f)) return 0x7f;
   const uint8_t sign = signbit(f) ? 0x80 : 0;
   const float a = fabsf(f);
   if (a >= 448.0f) return sign | 0x7e;

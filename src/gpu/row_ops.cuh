@@ -57,18 +57,26 @@ __device__ __forceinline__ void rms_norm_row_regs(const float* __restrict__ x_ro
   }
 }
 
-// One 128-value Q8 block held by a warp, lane l owning values 4l..4l+3 (v): the block's amax
-// (a warp max: fmaxf is exact and order-free), its power-of-two scale, the four e4m3 codes of
-// the lane into codes[4l..4l+3]; lane 0 writes the scale. All 32 lanes must call it.
-__device__ __forceinline__ void q8_quantize_block_warp(const float (&v)[4], int lane, uint8_t* __restrict__ codes,
-                                                       float* __restrict__ scale) {
+// One 128-value Q8 block held by a warp, lane l owning values 4l..4l+3 (v): returns the block's
+// power-of-two scale (from the warp's amax: fmaxf is exact and order-free) and the lane's four e4m3
+// codes. All 32 lanes must call it. The one Q8 encoder of the activations (linears, mHC, the MoE).
+__device__ __forceinline__ float q8_block_codes_warp(const float (&v)[4], uint8_t (&codes)[4]) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
   amax = warp_max(amax);
   const float sc = q8_block_scale(amax), inv = 1.0f / sc;  // a power of two: v·inv == v / sc exactly
 #pragma unroll
-  for (int i = 0; i < 4; ++i) codes[lane * 4 + i] = float_to_e4m3(fminf(fmaxf(v[i] * inv, -448.0f), 448.0f));
+  for (int i = 0; i < 4; ++i) codes[i] = float_to_e4m3(fminf(fmaxf(v[i] * inv, -448.0f), 448.0f));
+  return sc;
+}
+// The same block stored row-major: codes[4l..4l+3], lane 0 writes the scale.
+__device__ __forceinline__ void q8_quantize_block_warp(const float (&v)[4], int lane, uint8_t* __restrict__ codes,
+                                                       float* __restrict__ scale) {
+  uint8_t c[4];
+  const float sc = q8_block_codes_warp(v, c);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) codes[lane * 4 + i] = c[i];
   if (lane == 0) *scale = sc;
 }
 

@@ -47,6 +47,7 @@
 
 #include "gpu/device_math.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/row_ops.cuh"
 
 namespace dsv4::gpu::moe4 {
 
@@ -193,21 +194,11 @@ __device__ __forceinline__ float pow2_ratio(float a, float b) {
 __device__ __forceinline__ float e8m0f(uint32_t b) { return __uint_as_float(b ? b << 23 : 0x00400000u); }
 
 
-// Q8 of 128 values, 4 per lane of a warp: returns the block's power-of-two scale and this lane's
-// 4 e4m3 codes.
-__device__ __forceinline__ float q8_block_codes(float4 v, uint8_t (&codes)[4]) {
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  amax = warp_max(amax);
-  const float sc = q8_block_scale(amax), inv = 1.0f / sc;  // a power of two: v·inv == v / sc exactly
-  const float vals[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) codes[i] = float_to_e4m3(fminf(fmaxf(vals[i] * inv, -448.0f), 448.0f));
-  return sc;
-}
 // Q8 of 128 values (4 per lane) into codes (MMA layout) + scale; k0 = first K index.
 __device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8_t* codes_row, float* scale) {
+  const float vals[4] = {v.x, v.y, v.z, v.w};
   uint8_t codes[4];
-  const float sc = q8_block_codes(v, codes);
+  const float sc = q8_block_codes_warp(vals, codes);
 #pragma unroll
   for (int i = 0; i < 4; ++i) codes_row[mma_layout_offset(k0 + lane * 4 + i)] = codes[i];
   if (lane == 0) *scale = sc;
