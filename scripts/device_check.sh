@@ -156,12 +156,17 @@ want tp && [ -x "$BUILD/src/gpu/gpu_p2p_all_reduce_bench" ] && run allreduce_ben
 for fb in ${FLASH_BATCHES:-${FLASH_BATCH:-1}}; do
   want flash && run flash_profile_b$fb timeout ${FLASH_TIMEOUT:-480} "$BUILD/dsv4" profile --load-format dummy \
     --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch $fb --context ${FLASH_CONTEXT:-8192} \
-    --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
+    --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random} ${FLASH_PROFILE_ARGS:-}
 done
 # Per-kernel attribution at batch 1 needs PDL off (its spans overlap otherwise): FLASH_NOPDL=1.
-[ "${FLASH_NOPDL:-0}" = 1 ] && want flash && run flash_profile_b1_nopdl timeout ${FLASH_TIMEOUT:-480} env DSV4_PDL=0 \
-  "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch 1 \
-  --context ${FLASH_CONTEXT:-8192} --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random}
+# FLASH_NOPDL_RANKS="0 1" profiles each rank (a rank that waits for a slower peer shows it in all_reduce);
+# FLASH_PROFILE_ARGS adds options (e.g. --by-shape) to every flash profile run.
+for rk in ${FLASH_NOPDL_RANKS:-0}; do
+  [ "${FLASH_NOPDL:-0}" = 1 ] && want flash && run flash_profile_b1_nopdl_r$rk timeout ${FLASH_TIMEOUT:-480} \
+    env DSV4_PDL=0 "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} --batch 1 \
+    --rank $rk --context ${FLASH_CONTEXT:-8192} --steps ${FLASH_STEPS:-4} --warmup 1 --context-fill ${FLASH_FILL:-random} \
+    ${FLASH_PROFILE_ARGS:-}
+done
 want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(declare -f chat wait_healthy flash_serve); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_serve"
 # ttft: one 8K prompt's prefill (profiled), then `dsv4 bench` through `dsv4 serve` with 8K-token
 # prompts and 64 output tokens at concurrency 1 and 8 (TTFT, TPOT, tok/s).

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ProfileArgs {
   std::string model_dir, load_format = "auto", model_config;
-  int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12, tp = 1;
+  int num_layers = 0, batch = 1, steps = 16, warmup = 2, top = 12, tp = 1, rank = 0;
   int64_t context = 512;
   bool by_shape = false, disable_cuda_graph = false, no_cupti = false;
   uint64_t seed = 1234;
@@ -50,22 +51,74 @@ void print_table(const char* title, const std::vector<gpu::prof::KernelStat>& ro
   double total_us = 0;
   for (const auto& r : rows) total_us += r.us;
   std::printf("\n%s\n", title);
-  std::printf("%-30s %-28s %7s %11s %9s %7s %12s %9s %7s\n", "kernel", "shape", "calls", "total us", "us/step", "share",
-              "bytes", "GB/s", "% HBM");
+  // CUPTI tables also give each kernel's median and longest single execution.
+  const bool per_call = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.max_call_us > 0; });
+  std::printf("%-30s %-28s %7s %11s %9s %7s %12s %9s %7s%s\n", "kernel", "shape", "calls", "total us", "us/step",
+              "share", "bytes", "GB/s", "% HBM", per_call ? "  med/call  max/call" : "");
   double bytes_sum = 0;
   size_t shown = 0;
   for (const auto& r : rows) {
     bytes_sum += r.bytes;
     if (shown++ >= limit) continue;
     const double gbs = r.us > 0 ? r.bytes / (r.us * 1e-6) / 1e9 : 0;
-    std::printf("%-30s %-28s %7lld %11.1f %9.1f %6.1f%% %12.4g %9.1f %6.1f%%\n", r.kernel.c_str(),
+    std::printf("%-30s %-28s %7lld %11.1f %9.1f %6.1f%% %12.4g %9.1f %6.1f%%", r.kernel.c_str(),
                 r.shape.empty() ? "-" : r.shape.c_str(), static_cast<long long>(r.calls), r.us, r.us / steps,
                 total_us > 0 ? 100.0 * r.us / total_us : 0.0, r.bytes, gbs, 100.0 * gbs / hbm_gbs);
+    if (per_call) std::printf("  %8.2f  %8.2f", r.median_call_us, r.max_call_us);
+    std::printf("\n");
   }
   if (rows.size() > limit) std::printf("(%zu more rows)\n", rows.size() - limit);
   const double gbs = total_us > 0 ? bytes_sum / (total_us * 1e-6) / 1e9 : 0;
   std::printf("%-30s %-28s %7s %11.1f %9.1f %6.1f%% %12.4g %9.1f %6.1f%%\n", "all kernels", "-", "", total_us,
               total_us / steps, 100.0, bytes_sum, gbs, 100.0 * gbs / hbm_gbs);
+}
+
+// How the ranks met at the all-reduce kernels of the traced replays (kernel_attribution.h).
+void print_collective_sync(const std::vector<gpu::prof::KernelRecord>& records) {
+  for (const char* name : {"one_shot_all_reduce", "AllReduce"}) {
+    for (const auto& c : gpu::prof::collective_sync(records, name)) {
+      std::printf("all-reduce sync (%s) device %u: %lld calls, mean span %.2f us = wait for the last rank %.2f + "
+                  "after its arrival %.2f (median %.2f)\n",
+                  name, c.device, static_cast<long long>(c.calls), c.mean_span_us, c.mean_wait_us,
+                  c.mean_after_last_us, c.median_after_last_us);
+    }
+  }
+}
+
+// Where the ranks' steps differ: per launcher, µs per step on every rank, the rows whose spread
+// (max − min over ranks) is largest first. A rank that is slower before a collective makes its
+// peers wait there, so the collective's own row is left out.
+void print_rank_imbalance(const std::vector<gpu::prof::KernelRecord>& records, const gpu::prof::KernelMap& map,
+                          const ProfileArgs& a) {
+  std::map<std::string, std::vector<double>> per_rank;  // launcher -> us/step per rank
+  for (int r = 0; r < a.tp; ++r) {
+    std::vector<gpu::prof::KernelRecord> mine;
+    for (const auto& k : records)
+      if (k.device == static_cast<uint32_t>(r)) mine.push_back(k);
+    for (const auto& row : gpu::prof::attribute(std::move(mine), map, a.steps).rows) {
+      auto& v = per_rank[row.kernel];
+      v.resize(static_cast<size_t>(a.tp), 0.0);
+      v[static_cast<size_t>(r)] = row.us / a.steps;
+    }
+  }
+  std::vector<std::pair<double, std::string>> order;
+  std::vector<double> total(static_cast<size_t>(a.tp), 0.0);
+  for (const auto& [name, v] : per_rank) {
+    if (name.rfind("all_reduce", 0) == 0) continue;
+    for (int r = 0; r < a.tp; ++r) total[r] += v[r];
+    order.emplace_back(*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end()), name);
+  }
+  std::sort(order.rbegin(), order.rend());
+  std::printf("\nranks compared (CUDA graph replay, us per step, collectives left out):\n%-30s", "kernel");
+  for (int r = 0; r < a.tp; ++r) std::printf("  rank %d us", r);
+  std::printf("  max-min\n%-30s", "all other kernels");
+  for (int r = 0; r < a.tp; ++r) std::printf(" %10.1f", total[r]);
+  std::printf(" %8.1f\n", *std::max_element(total.begin(), total.end()) - *std::min_element(total.begin(), total.end()));
+  for (size_t i = 0; i < std::min<size_t>(order.size(), 8); ++i) {
+    std::printf("%-30s", order[i].second.c_str());
+    for (double us : per_rank[order[i].second]) std::printf(" %10.1f", us);
+    std::printf(" %8.1f\n", order[i].first);
+  }
 }
 
 // Per-kernel rows of `a.steps` CUDA-graph replays from CUPTI kernel records, attributed to
@@ -76,7 +129,7 @@ void print_table(const char* title, const std::vector<gpu::prof::KernelStat>& ro
 std::vector<gpu::prof::KernelStat> traced_graph_rows(gpu::GpuModel& m, const ProfileArgs& a,
                                                      const std::function<void(gpu::GpuModel::DecodeMode)>& step) {
   using Mode = gpu::GpuModel::DecodeMode;
-  const int device = a.tp > 1 ? 0 : -1;  // tensor parallel: rank 0's device (the tables show rank 0)
+  const int device = a.tp > 1 ? a.rank : -1;  // tensor parallel: the tables show rank a.rank (device a.rank)
   gpu::cupti::KernelTrace trace;
   trace.start();
   gpu::prof::reset();
@@ -86,14 +139,22 @@ std::vector<gpu::prof::KernelStat> traced_graph_rows(gpu::GpuModel& m, const Pro
   trace.set_correlation(false);
   gpu::prof::set_enabled(false);
   gpu::prof::reset();
-  const auto map = gpu::prof::build_kernel_map(trace.take(device), trace.launches());
+  // Launches are logged on rank 0's thread only (peer ranks' threads are muted); every rank runs
+  // the same kernels in the same order, so rank 0's eager records name every rank's kernels.
+  const auto map = gpu::prof::build_kernel_map(trace.take(a.tp > 1 ? 0 : -1), trace.launches());
   const auto tc = Clock::now();
   step(Mode::kAuto);  // captures the graph (and sizes its workspace) under CUPTI
   const double capture_ms = seconds_since(tc) * 1e3;
   for (int i = 0; i < a.warmup; ++i) step(Mode::kAuto);
   (void)trace.take(device);
   for (int i = 0; i < a.steps; ++i) step(Mode::kAuto);
-  const auto att = gpu::prof::attribute(trace.stop(device), map, a.steps);
+  std::vector<gpu::prof::KernelRecord> records = trace.stop(-1);
+  if (a.tp > 1) {
+    print_collective_sync(records);
+    print_rank_imbalance(records, map, a);
+  }
+  std::erase_if(records, [&](const gpu::prof::KernelRecord& r) { return device >= 0 && r.device != uint32_t(device); });
+  const auto att = gpu::prof::attribute(std::move(records), map, a.steps);
   if (trace.dropped_records() > 0) {
     std::printf("warning: CUPTI dropped %lld activity records: the graph replay table undercounts\n",
                 static_cast<long long>(trace.dropped_records()));
@@ -314,7 +375,12 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
   cmd->add_option("--model-config", args->model_config, "config.json for --load-format dummy");
   cmd->add_option("--num-layers", args->num_layers, "Keep only the first N layers (dummy; 0 = all)")
       ->capture_default_str();
-  cmd->add_option("--tp", args->tp, "Tensor-parallel GPUs (the table shows rank 0)")->check(CLI::Range(1, 8));
+  cmd->add_option("--tp", args->tp, "Tensor-parallel GPUs (the graph-replay table shows one rank: --rank)")
+      ->check(CLI::Range(1, 8));
+  cmd->add_option("--rank", args->rank,
+                  "With --tp: whose CUDA-graph replay the CUPTI table shows (a rank waiting for a slower peer shows "
+                  "that wait in its all-reduce)")
+      ->check(CLI::Range(0, 7));
   cmd->add_option("--context-fill", args->context_fill,
                   "prefill: every sequence is prefilled (sequence 0 profiled); random: no prefill, every sequence "
                   "gets random caches of --context positions (same decode cost, meaningless tokens)")

@@ -210,55 +210,66 @@ class CheckpointSource : public WeightSource {
 
 class DummySource : public WeightSource {
  public:
-  explicit DummySource(uint64_t seed) : seed_(seed) {}
+  // Replicated tensors get the same values on every rank (as slices of one checkpoint would:
+  // the ranks must route, index and mix alike), split tensors values of their own per rank.
+  DummySource(uint64_t seed, int tp_rank) : seed_(seed), rank_(tp_rank) {}
   void lin8(const std::string&, int64_t full_out, int64_t full_in, Split sp, Lin8W& w) override {
     const int64_t out = sp.rows(full_out), in = sp.cols(full_in);
     w.out = out;
     w.in = in;
     w.w.resize(static_cast<size_t>(out * in));
     w.s.resize(static_cast<size_t>(fp8_scale_count(out, in)));
-    fill_random_e4m3(w.w.get(), out * in, next(), nullptr);
+    fill_random_e4m3(w.w.get(), out * in, next(sp), nullptr);
     fill_e8m0(w.s.get(), static_cast<int64_t>(w.s.size()), 127 - 7, nullptr);
   }
   void dense(const std::string&, int64_t out, int64_t in, DType dtype, DenseW& w) override {
-    w.bf16 = dtype != DType::kF32;
-    w.out = out;
-    w.in = in;
-    w.w.resize(static_cast<size_t>(out * in * (w.bf16 ? 2 : 4)));
-    if (w.bf16) fill_random_bf16(reinterpret_cast<uint16_t*>(w.w.get()), out * in, 0.02f, 0.0f, next(), nullptr);
-    else fill_random_f32(reinterpret_cast<float*>(w.w.get()), out * in, 0.02f, 0.0f, next(), nullptr);
+    fill_dense(out, in, dtype, next(Split{}), w);
   }
-  void wo_a(const std::string& p, int64_t out, int64_t in, Split sp, DenseW& w) override {
-    dense(p, sp.rows(out), in, DType::kBF16, w);
+  void wo_a(const std::string&, int64_t out, int64_t in, Split sp, DenseW& w) override {
+    fill_dense(sp.rows(out), in, DType::kBF16, next(sp), w);
   }
   void vec(const std::string&, int64_t full_n, VecKind kind, Split sp, DeviceBuffer<float>& v) override {
     const int64_t n = sp.count(full_n);
     v.resize(static_cast<size_t>(n));
     const float amp = kind == VecKind::kSmall ? 0.1f : (kind == VecKind::kNorm ? 0.01f : 0.0f);
     const float mean = (kind == VecKind::kNorm || kind == VecKind::kOne) ? 1.0f : 0.0f;
-    fill_random_f32(v.get(), n, amp, mean, next(), nullptr);
+    fill_random_f32(v.get(), n, amp, mean, next(sp), nullptr);
   }
   void tid2eid(const std::string&, int64_t n, int experts, DeviceBuffer<int32_t>& v) override {
     v.resize(static_cast<size_t>(n));
-    fill_random_ids(v.get(), n, experts, next(), nullptr);
+    fill_random_ids(v.get(), n, experts, next(Split{}), nullptr);
   }
   void embed(const std::string&, int64_t n, DeviceBuffer<uint16_t>& v) override {
     v.resize(static_cast<size_t>(n));
-    fill_random_bf16(v.get(), n, 1.0f, 0.0f, next(), nullptr);
+    fill_random_bf16(v.get(), n, 1.0f, 0.0f, next(Split{}), nullptr);
   }
   void expert(const std::string&, int e, bool fp4, int64_t full_out, int64_t full_in, Split sp,
               DeviceBuffer<uint8_t>& w, DeviceBuffer<uint8_t>& s) override {
     const int64_t out = sp.rows(full_out), in = sp.cols(full_in);
     const int64_t wb = fp4 ? out * in / 2 : out * in;
     const int64_t sb = fp4 ? out * in / 32 : fp8_scale_count(out, in);
-    if (fp4) fill_random_fp4(w.get() + e * wb, wb, next(), nullptr);
-    else fill_random_e4m3(w.get() + e * wb, wb, next(), nullptr);
+    if (fp4) fill_random_fp4(w.get() + e * wb, wb, next(sp), nullptr);
+    else fill_random_e4m3(w.get() + e * wb, wb, next(sp), nullptr);
     fill_e8m0(s.get() + e * sb, sb, fp4 ? 127 - 6 : 127 - 7, nullptr);
   }
 
  private:
-  uint64_t next() { return seed_ * 0x9E3779B97F4A7C15ull + (++counter_); }
-  uint64_t seed_, counter_ = 0;
+  static void fill_dense(int64_t out, int64_t in, DType dtype, uint64_t seed, DenseW& w) {
+    w.bf16 = dtype != DType::kF32;
+    w.out = out;
+    w.in = in;
+    w.w.resize(static_cast<size_t>(out * in * (w.bf16 ? 2 : 4)));
+    if (w.bf16) fill_random_bf16(reinterpret_cast<uint16_t*>(w.w.get()), out * in, 0.02f, 0.0f, seed, nullptr);
+    else fill_random_f32(reinterpret_cast<float*>(w.w.get()), out * in, 0.02f, 0.0f, seed, nullptr);
+  }
+  // One seed per tensor, in build order (the same on every rank); split tensors mix in the rank.
+  uint64_t next(const Split& sp) {
+    const uint64_t base = sp.dim == Split::kAll ? seed_ : seed_ ^ (static_cast<uint64_t>(rank_ + 1) << 32);
+    return base * 0x9E3779B97F4A7C15ull + (++counter_);
+  }
+  uint64_t seed_;
+  int rank_;
+  uint64_t counter_ = 0;
 };
 
 // Whether GpuModel serves this layer's MoE with the grouped kernels (its grouped_moe_usable:
@@ -430,7 +441,7 @@ std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt, c
 
 std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed, int tp_rank,
                                           int tp_size) {
-  DummySource src(seed ^ (static_cast<uint64_t>(tp_rank) << 32));
+  DummySource src(seed, tp_rank);
   return build(src, config, tp_rank, tp_size);
 }
 

@@ -100,7 +100,8 @@ std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt,
                                            const model::ModelConfig& config, int tp_rank = 0,
                                            int tp_size = 1);
 // Random weights of the right shapes and formats (this rank's part), generated on the
-// current device (seeded; ranks draw different values).
+// current device (seeded): replicated tensors are the same on every rank (the ranks route,
+// index and mix alike, as with a checkpoint), split tensors differ per rank.
 std::unique_ptr<GpuWeights> dummy_weights(const model::ModelConfig& config, uint64_t seed,
                                           int tp_rank = 0, int tp_size = 1);
 

@@ -3,7 +3,9 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -73,6 +75,7 @@ Attribution attribute(std::vector<KernelRecord> records, const KernelMap& map, i
   sort_by_time(records);
   std::map<std::string, int64_t> seen;  // executions so far, per function
   std::map<std::string, KernelStat> rows;
+  std::map<std::string, std::vector<double>> spans;  // per launcher, µs per execution
   for (const KernelRecord& r : records) {
     ++a.records;
     if (r.graph_id != 0) ++a.graph_records;
@@ -86,7 +89,9 @@ Attribution attribute(std::vector<KernelRecord> records, const KernelMap& map, i
     KernelStat& row = rows[launcher];
     row.kernel = launcher;
     row.calls += 1;
-    row.us += r.end_ns > r.start_ns ? double(r.end_ns - r.start_ns) * 1e-3 : 0.0;
+    const double us = r.end_ns > r.start_ns ? double(r.end_ns - r.start_ns) * 1e-3 : 0.0;
+    row.us += us;
+    spans[launcher].push_back(us);
   }
   for (const auto& [name, count] : seen) {
     const auto it = map.occurrences.find(name);
@@ -99,12 +104,57 @@ Attribution attribute(std::vector<KernelRecord> records, const KernelMap& map, i
   for (auto& [name, row] : rows) {
     const auto b = map.bytes_per_step.find(name);
     if (b != map.bytes_per_step.end()) row.bytes = b->second * steps;
+    std::vector<double>& v = spans[name];
+    std::sort(v.begin(), v.end());
+    row.median_call_us = v[v.size() / 2];
+    row.max_call_us = v.back();
     a.rows.push_back(std::move(row));
   }
   std::sort(a.rows.begin(), a.rows.end(), [](const KernelStat& x, const KernelStat& y) {
     return x.us != y.us ? x.us > y.us : x.kernel < y.kernel;
   });
   return a;
+}
+
+}  // namespace dsv4::gpu::prof
+
+namespace dsv4::gpu::prof {
+
+std::vector<CollectiveDevice> collective_sync(const std::vector<KernelRecord>& records, const std::string& name_part) {
+  std::map<uint32_t, std::vector<KernelRecord>> by_device;
+  for (const KernelRecord& r : records) {
+    if (r.name.find(name_part) != std::string::npos) by_device[r.device].push_back(r);
+  }
+  std::vector<CollectiveDevice> out;
+  if (by_device.size() < 2) return out;
+  size_t calls = SIZE_MAX;
+  for (auto& [dev, v] : by_device) {
+    sort_by_time(v);
+    calls = std::min(calls, v.size());
+  }
+  std::vector<uint64_t> last_arrival(calls, 0);
+  for (size_t i = 0; i < calls; ++i) {
+    for (const auto& [dev, v] : by_device) last_arrival[i] = std::max(last_arrival[i], v[i].start_ns);
+  }
+  for (const auto& [dev, v] : by_device) {
+    CollectiveDevice c{.device = dev, .calls = static_cast<int64_t>(calls)};
+    std::vector<double> after(calls);
+    for (size_t i = 0; i < calls; ++i) {
+      c.mean_span_us += static_cast<double>(v[i].end_ns - v[i].start_ns) * 1e-3;
+      c.mean_wait_us += static_cast<double>(last_arrival[i] - v[i].start_ns) * 1e-3;
+      after[i] = (static_cast<double>(v[i].end_ns) - static_cast<double>(last_arrival[i])) * 1e-3;
+      c.mean_after_last_us += after[i];
+    }
+    if (calls > 0) {
+      c.mean_span_us /= static_cast<double>(calls);
+      c.mean_wait_us /= static_cast<double>(calls);
+      c.mean_after_last_us /= static_cast<double>(calls);
+      std::nth_element(after.begin(), after.begin() + static_cast<std::ptrdiff_t>(calls / 2), after.end());
+      c.median_after_last_us = after[calls / 2];
+    }
+    out.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace dsv4::gpu::prof

@@ -71,6 +71,23 @@ struct Attribution {
 // bytes = the launcher's bytes per step x steps (0 for unmapped functions).
 Attribution attribute(std::vector<KernelRecord> records, const KernelMap& map, int steps);
 
+// How the ranks meet at a collective (tensor parallelism): the executions of the kernel
+// functions whose name contains `name_part`, taken per device in start order and paired by index
+// (call i of every device is the same collective). For each call, the last rank to arrive
+// starts at max_d start_d; device d waited (max start − its start) and the call finished
+// (end_d − max start) after the last arrival. A rank that always waits has a slower peer; equal
+// waits on every rank mean the ranks take turns, and a large after-arrival time is the
+// collective's own latency.
+struct CollectiveDevice {
+  uint32_t device = 0;
+  int64_t calls = 0;              // paired calls (the smallest count over the devices)
+  double mean_span_us = 0;        // mean end − start
+  double mean_wait_us = 0;        // mean (last arrival − own start)
+  double mean_after_last_us = 0;  // mean (own end − last arrival)
+  double median_after_last_us = 0;
+};
+std::vector<CollectiveDevice> collective_sync(const std::vector<KernelRecord>& records, const std::string& name_part);
+
 // "_ZN4dsv43gpu12_GLOBAL__N_111lin8_kernelEPKhi" -> "dsv4::gpu::lin8_kernel": demangled, without
 // return type, parameter list and "(anonymous namespace)::"; the input when it does not demangle.
 std::string short_kernel_name(const std::string& mangled);

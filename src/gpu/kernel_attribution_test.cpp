@@ -112,6 +112,8 @@ TEST(KernelAttribution, GraphReplaysGetLauncherNamesTimesAndBytes) {
     EXPECT_EQ(r->calls, layers * steps) << l.launcher;
     EXPECT_NEAR(r->us, l.us * layers * steps, 1e-6) << l.launcher;
     EXPECT_DOUBLE_EQ(r->bytes, l.bytes * layers * steps) << l.launcher;
+    EXPECT_NEAR(r->median_call_us, l.us, 1e-9) << l.launcher;  // every execution the same length
+    EXPECT_NEAR(r->max_call_us, l.us, 1e-9) << l.launcher;
   }
   EXPECT_EQ(a.rows.front().kernel, "lin8 (experts)");  // sorted by time
 }
@@ -187,6 +189,31 @@ TEST(KernelAttribution, EmptyInputs) {
   const KernelMap bytes_only = build_kernel_map({}, log_of(launches));
   EXPECT_DOUBLE_EQ(bytes_only.bytes_per_step.at("lin8"), 1000.0);
   EXPECT_TRUE(bytes_only.occurrences.empty());
+}
+
+// Two devices meet at three all-reduces: device 1 arrives 4 µs late at the first two, device 0
+// 2 µs late at the third; each call ends 3 µs after the last arrival. Other kernels are ignored.
+TEST(KernelAttribution, CollectiveSyncSplitsWaitFromLatency) {
+  auto rec = [](uint32_t dev, const char* name, uint64_t start_us, uint64_t end_us) {
+    return KernelRecord{.name = name, .start_ns = start_us * 1000, .end_ns = end_us * 1000, .device = dev};
+  };
+  const char* ar = "_ZN4dsv43gpu19one_shot_all_reduceEv";
+  std::vector<KernelRecord> r = {
+      rec(1, ar, 104, 107), rec(0, ar, 100, 107), rec(0, "_Z4lin8v", 107, 150), rec(1, "_Z4lin8v", 107, 150),
+      rec(0, ar, 200, 207), rec(1, ar, 204, 207), rec(0, ar, 302, 305), rec(1, ar, 300, 305),
+  };
+  const auto s = collective_sync(r, "one_shot_all_reduce");
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].device, 0u);
+  EXPECT_EQ(s[0].calls, 3);
+  EXPECT_NEAR(s[0].mean_wait_us, 8.0 / 3, 1e-9);
+  EXPECT_NEAR(s[1].mean_wait_us, 2.0 / 3, 1e-9);
+  EXPECT_NEAR(s[0].mean_span_us, (7 + 7 + 3) / 3.0, 1e-9);
+  EXPECT_NEAR(s[0].mean_after_last_us, 3.0, 1e-9);
+  EXPECT_NEAR(s[1].median_after_last_us, 3.0, 1e-9);
+  EXPECT_TRUE(collective_sync(r, "no_such_kernel").empty());
+  r.erase(std::remove_if(r.begin(), r.end(), [](const KernelRecord& k) { return k.device == 1; }), r.end());
+  EXPECT_TRUE(collective_sync(r, "one_shot_all_reduce").empty());  // one device: nothing to pair
 }
 
 }  // namespace

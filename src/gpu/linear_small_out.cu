@@ -18,6 +18,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "gpu/cuda_check.h"
 #include "gpu/linear_small_out.cuh"
@@ -39,6 +41,42 @@ constexpr int kOutTiles = kSmallOutMax / kOutTile;
 constexpr int kThreads = kQuarters * kOutTiles * (kRowsPerCta / kRowTile);  // 256
 static_assert(kSmallOutMax % kOutTile == 0 && kRowsPerCta % kRowTile == 0 && kThreads == 256);
 
+// Copies nrows × width values (row r at src + r · stride, elements of type S: float or bf16 bits)
+// into shared rows of `pad` elements of T (exact), with 16-byte loads, each thread issuing up to
+// kBatch of them before storing any: one memory round trip per batch instead of one per value
+// (the scalar loop's loads each waited for the previous store). Needs width % (16 / sizeof(S))
+// == 0 and 16-byte aligned rows; the values and their places are the scalar loop's.
+template <class S, class T>
+__device__ __forceinline__ void stage_rows_vec(T* dst, int pad, int width, const S* __restrict__ src,
+                                               int64_t stride, int nrows) {
+  constexpr int kPer = 16 / int(sizeof(S)), kBatch = 8;
+  const int vpr = width / kPer, total = nrows * vpr;
+  for (int base = 0; base < total; base += kThreads * kBatch) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads + int(threadIdx.x);
+      if (i < total) v[j] = __ldg(reinterpret_cast<const uint4*>(src + (i / vpr) * stride) + i % vpr);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads + int(threadIdx.x);
+      if (i >= total) continue;
+      T* d = dst + (i / vpr) * pad + (i % vpr) * kPer;
+      const uint32_t u[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        float f;
+        if constexpr (sizeof(S) == 4) f = __uint_as_float(u[e]);
+        else f = __uint_as_float(((u[e / 2] >> (16 * (e & 1))) & 0xffffu) << 16);
+        d[e] = T(f);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // Stages `width` K positions from k0 (kn of them valid, the rest 0) of the weights [out, in] and
 // of x rows r0 .. r0 + rg into shared rows of `pad` elements (T: float or double; exact).
 template <bool kBf16, class T>
@@ -55,6 +93,14 @@ __device__ __forceinline__ void stage_chunk(T* wdst,
                                             int rg,
                                             int64_t k0,
                                             int kn) {
+  using S = std::conditional_t<kBf16, uint16_t, float>;
+  const S* w0 = static_cast<const S*>(w) + k0;
+  const float* x0 = x + r0 * x_stride + k0;
+  if (kn == width && width % 8 == 0 && in % 8 == 0 && x_stride % 4 == 0 && aligned16(w0) && aligned16(x0)) {
+    stage_rows_vec(wdst, pad, width, w0, in, out);  // every position valid: the common case
+    stage_rows_vec(xdst, pad, width, x0, x_stride, rg);
+    return;
+  }
   for (int i = threadIdx.x; i < out * width; i += kThreads) {
     const int o = i / width, k = i % width;
     float v = 0.0f;

@@ -2,6 +2,7 @@
 // rounding) on fresh random inputs, and its batch invariance. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -121,6 +122,34 @@ TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
       const auto got = s.download();
       EXPECT_EQ(0, std::memcmp(got.data(), full.data() + first * out, n * out * sizeof(float)))
           << first << "+" << n;
+    }
+  }
+}
+
+// The 16-byte staging (aligned rows: every model call) and the scalar staging (misaligned x or
+// weights) stage the same values in the same places, so their outputs are the same bits; both
+// kernels (≤ 32 rows and more), fp32 and bf16 weights.
+TEST(SmallOutLinearTest, VectorAndScalarStagingAgreeBitwise) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const int64_t out = 24, in = 16384;
+  for (const int64_t rows : {1, 16, 40}) {
+    for (const bool bf16 : {false, true}) {
+      const auto w = random_f32(out * in, 0.02f, 21 + rows, bf16);
+      const auto x = random_f32(rows * in, 1.0f, 22 + rows, false);
+      std::vector<float> x_shifted(x.size() + 1, 0.0f);  // the same rows one float further on
+      std::copy(x.begin(), x.end(), x_shifted.begin() + 1);
+      auto dx = to_device(x);
+      auto dxs = to_device(x_shifted);
+      auto dwf = to_device(w);
+      auto dwb = to_device(to_bf16_bits(w));
+      const void* dw = bf16 ? static_cast<const void*>(dwb.get()) : dwf.get();
+      const int64_t need = small_out_linear_workspace(rows, out, in);
+      DeviceBuffer<double> ws(static_cast<size_t>(need));
+      DeviceBuffer<float> ya(rows * out), yb(rows * out);
+      small_out_linear(dx.get(), rows, in, dw, bf16, out, in, ws.get(), need, ya.get(), nullptr);
+      small_out_linear(dxs.get() + 1, rows, in, dw, bf16, out, in, ws.get(), need, yb.get(), nullptr);
+      const auto a = ya.download(), b = yb.download();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << rows << " rows, bf16 " << bf16;
     }
   }
 }

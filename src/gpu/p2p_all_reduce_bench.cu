@@ -5,10 +5,13 @@
 // decode step's graph); µs per call = median over 15 replays / 50, measured on rank 0.
 // Bytes per call and rank = the peer's partial read over the link (count·4); "bus GB/s" is that
 // divided by the time, and % of GPU 0's HBM read bandwidth probed in the same run (the link, not
-// HBM, bounds this op). Usage: p2p_all_reduce_bench
+// HBM, bounds this op). A second table times each all-reduce in context: after a 64 MiB
+// weight-like stream read on every rank (cold L2 / TLB for its buffers), read alone subtracted.
+// Usage: p2p_all_reduce_bench
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -36,6 +39,48 @@ double time_per_call(TpGroup& threads, int64_t count, const Call& call) {
     call(r, x.get(), count, s);  // eager first: NCCL sets its connections up outside the capture
     CUDA_CHECK(cudaStreamSynchronize(s));
     auto us = bench::capture_and_time(s, kCalls, kReplays, [&](int) { call(r, x.get(), count, s); });
+    if (r == 0) per_replay = std::move(us);
+    CUDA_CHECK(cudaStreamDestroy(s));
+  });
+  return bench::median(per_replay);
+}
+
+// Streams `bytes` of `buf` (uint4 loads, grid-stride), as a decode step's weight reads do between
+// two all-reduces: it evicts L2 and the TLB entries the all-reduce used.
+__global__ void stream_read_kernel(const uint4* __restrict__ buf, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 v = buf[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads
+}
+
+// All-reduce latency in context: µs per (stream read of kReadBytes + all-reduce) minus µs per read
+// alone, both captured kCalls times per graph; call i reads slice i % kSlices of a per-rank buffer.
+constexpr int64_t kReadBytes = int64_t{64} << 20, kSlices = 8;
+
+template <class Call>
+double in_context_per_call(TpGroup& threads, int64_t count, bool with_reduce, const Call& call) {
+  std::vector<float> per_replay;
+  threads.run([&](int r) {
+    DeviceBuffer<float> x(static_cast<size_t>(count));
+    DeviceBuffer<uint8_t> weights(static_cast<size_t>(kReadBytes * kSlices));
+    DeviceBuffer<unsigned> sink(1);
+    CUDA_CHECK(cudaMemset(x.get(), 0, count * sizeof(float)));
+    CUDA_CHECK(cudaMemset(weights.get(), 1, kReadBytes * kSlices));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    call(r, x.get(), count, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, r));
+    auto us = bench::capture_and_time(s, kCalls, kReplays, [&](int i) {
+      const auto* slice = reinterpret_cast<const uint4*>(weights.get() + (i % kSlices) * kReadBytes);
+      stream_read_kernel<<<sms * 4, 512, 0, s>>>(slice, kReadBytes / 16, sink.get());
+      CUDA_CHECK(cudaGetLastError());
+      if (with_reduce) call(r, x.get(), count, s);
+    });
     if (r == 0) per_replay = std::move(us);
     CUDA_CHECK(cudaStreamDestroy(s));
   });
@@ -77,6 +122,21 @@ int main() {
     std::printf("%-6d %10.0f | %12.2f %10.1f %6.1f%% | %12.2f %10.1f %6.1f%% | %.2fx\n", rows, bytes, t_p2p,
                 bytes / t_p2p / 1e3, 100.0 * bytes / (t_p2p * 1e-6) / hbm, t_nccl, bytes / t_nccl / 1e3,
                 100.0 * bytes / (t_nccl * 1e-6) / hbm, t_nccl / t_p2p);
+  }
+  // In context: each all-reduce after a 64 MiB weight-like read on every rank (both ranks start
+  // the read together, so the difference is the all-reduce's own cost when its buffers are cold).
+  std::printf("\nin context (after a %lld MiB stream read per call; read alone subtracted):\n",
+              static_cast<long long>(kReadBytes >> 20));
+  std::printf("%-6s | %12s %12s | %12s %12s\n", "rows", "read us", "one-shot us", "read us", "NCCL us");
+  for (int rows : {1, 16}) {
+    const int64_t count = int64_t{rows} * 4096;
+    auto p2p_call = [&](int r, float* x, int64_t n, cudaStream_t s) { p2p.run(r, x, n, s); };
+    auto nccl_call = [&](int r, float* x, int64_t n, cudaStream_t s) { nccl.all_reduce_sum(r, x, n, s); };
+    const double read_p = in_context_per_call(nccl, count, false, p2p_call);
+    const double both_p = in_context_per_call(nccl, count, true, p2p_call);
+    const double read_n = in_context_per_call(nccl, count, false, nccl_call);
+    const double both_n = in_context_per_call(nccl, count, true, nccl_call);
+    std::printf("%-6d | %12.2f %12.2f | %12.2f %12.2f\n", rows, read_p, both_p - read_p, read_n, both_n - read_n);
   }
   return 0;
 }

@@ -82,6 +82,8 @@ struct KernelStat {
   int64_t calls = 0;
   double us = 0;       // sum of event-timed durations (0 when captured into a graph)
   double bytes = 0;    // sum of the launchers' byte accounting
+  // Per execution (CUPTI records only, kernel_attribution.h; 0 otherwise): median and longest span.
+  double median_call_us = 0, max_call_us = 0;
 };
 
 // Waits for the device, resolves the pending events and returns totals since the last

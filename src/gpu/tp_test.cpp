@@ -24,6 +24,7 @@
 #include "eval/gates.h"
 #include "gpu/cuda_check.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_weights.h"
 #include "model/make_tiny.h"
 #include "model/model_config.h"
 
@@ -46,6 +47,33 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
 
 int argmax(const std::vector<float>& v) {
   return static_cast<int>(eval::first_argmax(v.data(), static_cast<int64_t>(v.size())));
+}
+
+// Dummy weights (the Flash benchmarks' model) must be one model split over the ranks: the
+// replicated tensors (router gate, mHC, norms, indexer, compressor, embeddings) equal on every
+// rank, so the ranks route and index alike; the split parts differ. One GPU suffices: both
+// ranks' weights are generated on it.
+TEST(GpuTensorParallel, DummyWeightsReplicateWhatIsNotSplit) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const auto cfg = tp_friendly_config();
+  const auto r0 = dummy_weights(cfg, 5, 0, 2);
+  const auto r1 = dummy_weights(cfg, 5, 1, 2);
+  ASSERT_EQ(r0->layers.size(), r1->layers.size());
+  for (size_t l = 0; l < r0->layers.size(); ++l) {
+    const BlockW& a = r0->layers[l];
+    const BlockW& b = r1->layers[l];
+    EXPECT_EQ(a.ffn.gate.w.download(), b.ffn.gate.w.download()) << "layer " << l << " gate";
+    EXPECT_EQ(a.hc_attn.fn.w.download(), b.hc_attn.fn.w.download()) << "layer " << l << " hc_attn fn";
+    EXPECT_EQ(a.attn_norm.download(), b.attn_norm.download()) << "layer " << l << " attn_norm";
+    EXPECT_EQ(a.attn.wq_a.w.download(), b.attn.wq_a.w.download()) << "layer " << l << " wq_a";
+    EXPECT_NE(a.attn.wq_b.w.download(), b.attn.wq_b.w.download()) << "layer " << l << " wq_b (split by heads)";
+    EXPECT_NE(a.ffn.experts.w1.download(), b.ffn.experts.w1.download()) << "layer " << l << " experts (split)";
+    if (a.attn.indexer) {
+      EXPECT_EQ(a.attn.indexer->wq_b.w.download(), b.attn.indexer->wq_b.w.download()) << "layer " << l;
+    }
+  }
+  EXPECT_EQ(r0->embed.download(), r1->embed.download());
+  EXPECT_EQ(r0->head.w.download(), r1->head.w.download());
 }
 
 TEST(GpuTensorParallel, Tp2MatchesTp1OnPrefillDecodeAndMtp) {
