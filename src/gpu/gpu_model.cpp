@@ -306,12 +306,13 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
   const int64_t D = c.hidden_size, E = c.n_routed_experts, inter = local_inter();
   const int k = c.num_experts_per_tok;
   const float limit = static_cast<float>(c.swiglu_limit);
-  float* logits = grow(s.logits_e, n * E);
   int32_t* eids = grow(s.eids, n * k);
   float* ewts = grow(s.ewts, n * k);
-  dense_linear(x, n, D, w.gate.w.get(), w.gate.bf16, E, D, 0, false, 0.0f, logits, stream_);
-  moe_route(logits, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr, ids, n, static_cast<int>(E), k,
-            static_cast<float>(c.routed_scaling_factor), eids, ewts, nullptr, stream_);
+  const int64_t parts_size = moe_router_workspace(n, D, E);
+  double* parts = grow(s.router_parts, parts_size);
+  moe_router(x, n, D, w.gate.w.get(), w.gate.bf16, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr,
+             ids, static_cast<int>(E), k, static_cast<float>(c.routed_scaling_factor), parts, parts_size, eids, ewts,
+             nullptr, stream_);
   if (grouped_moe_usable(w)) {  // chunks of at most the workspace's tokens
     // Prefill takes larger calls: an expert's weights are streamed once per 8-token chunk of
     // its tokens in a call, so 1024-token calls (~24 tokens per expert) stream them ~3 times

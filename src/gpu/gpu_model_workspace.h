@@ -28,11 +28,12 @@ struct GpuModel::Workspace {
   DeviceBuffer<float> sa, sb, xs;
   DeviceBuffer<float> tq, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iproj_kv, iproj_sc, iq, iw, scores;
   DeviceBuffer<float> craw;  // the attention compressor's raw entries before the FP8 encode
-  DeviceBuffer<float> logits_e, ewts, g, u, h, routed, sg, su, sh, shared_out;
+  DeviceBuffer<float> ewts, g, u, h, routed, sg, su, sh, shared_out;
   DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;
   DeviceBuffer<uint8_t> decode_in;  // decode step inputs: cache table, positions, token ids
   DeviceBuffer<uint8_t> index_ws, attn_ws;  // decode_index / decode_attend workspaces
   DeviceBuffer<double> hc_parts;            // small_out_linear partial sums (mHC projections)
+  DeviceBuffer<double> router_parts;        // moe_router's per-chunk logit partials
   // sm_90a prefill: row positions, the linear window pool (FP8) and the ring rows it copies.
   DeviceBuffer<int32_t> prefill_pos;
   DeviceBuffer<uint8_t> prefill_window;

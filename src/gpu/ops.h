@@ -223,11 +223,21 @@ void index_scores(const float* q, const float* weights, const uint16_t* keys, in
 void index_topk(const float* scores, int64_t n, int64_t start_pos, int ratio, int64_t stride, int k,
                 int32_t* sel, int32_t* count, cudaStream_t s);
 
+// ---- moe_router.cu --------------------------------------------------------------------
+// Routing from the router input x [n, D] (fp32) and the gate [E, D] (bf16 or fp32): logits with
+// exact products summed in double and one fp32 rounding (the CPU's Fp32Linear up to a double's
+// last bits; independent of n), scores sqrt(softplus(logit)); top-k of score + bias (ties →
+// lower id) or, on hash layers (bias null), the experts tid2eid[tokens[t]]; weights = score /
+// Σ (selection order) × route_scale. ids / weights [n, k] in ascending expert id (the combine's
+// order), ids_selection_order [n, k] (optional) in selection order. partials: scratch of
+// partials_size ≥ moe_router_workspace(n, D, E) doubles. Needs D % 16 == 0, E ≤ 1024, k ≤ 16
+// (the error names the limit).
+int64_t moe_router_workspace(int64_t n, int64_t D, int64_t E);
+void moe_router(const float* x, int64_t n, int64_t D, const void* gate, bool gate_bf16, const float* bias,
+                const int32_t* tid2eid, const int32_t* tokens, int E, int k, float route_scale, double* partials,
+                int64_t partials_size, int32_t* ids, float* weights, int32_t* ids_selection_order, cudaStream_t s);
+
 // ---- moe.cu ---------------------------------------------------------------------------
-// Routing: logits [n, E] → ids [n, k] (ascending expert id) and weights [n, k].
-void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
-               int64_t n, int E, int k, float route_scale, int32_t* ids, float* weights,
-               int32_t* ids_selection_order, cudaStream_t s);
 // h [rows, inter] = bf16(weight[r]·silu(min(g, lim))·clamp(u, ±lim)); weight null = 1 (none).
 void swiglu(const float* g, const float* u, const float* weight, int64_t rows, int64_t inter,
             float limit, float* h, cudaStream_t s);

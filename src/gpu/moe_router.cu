@@ -1,0 +1,257 @@
+// MoE router on the GPU (spec §4.8; contract: ops.h, moe_router): logits = x · gateᵀ, scores
+// sqrt(softplus(logit)), top-k of score + bias (or the tid2eid row on hash layers), weights
+// normalized × route_scale. Two kernels, the first reading the gate weights before it waits for
+// its predecessor (programmatic dependent launch: they are parameters, never written by the step).
+//
+// Logit arithmetic (a function of D only — never of the row count or tiling, so batched decode
+// equals per-sequence calls bit for bit): every product x·w is exact in double (fp32 × bf16 or
+// fp32 × fp32). K is cut into 512-wide chunks c; inside chunk c, lane l of a warp owns the 16
+// positions k = 512c + 128j + 4l + i (j, i = 0..3) and adds their products in that (j, i) order as
+// a double FMA chain from 0; an xor butterfly (16, 8, 4, 2, 1) gives every lane the chunk value;
+// the logit is float(Σ_c chunk_c), the chunks added in increasing c from the first. The CPU
+// reference (cpu::Fp32Linear) adds the same exact products sequentially in double, so the two
+// fp32 logits differ only when the exact sum lies within a double's last bits of an fp32
+// rounding boundary (~2^-29 relative) — in practice they are equal, and so are the routings.
+//
+// Kernel 1 (partials): grid (chunks, ceil(E / 32), ceil(n / 8)); a CTA stages its ≤ 8 x rows of
+// the chunk in shared memory (float4 per lane: conflict-free), warp w owns experts e0 + 4w .. +3.
+// Kernel 2 (route): one CTA per row; a thread per expert adds its chunk partials (loads issued
+// together) into the scores; warp 0 holds experts l, l + 32, … per lane in registers and selects
+// by k warp-wide argmax passes (ties → lower expert id, as the CPU's stable sort); lane j keeps
+// the j-th choice; weights normalized in selection order; experts written in ascending id.
+#include <cstdint>
+
+#include "base/check.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/ops.h"
+#include "gpu/pdl.cuh"
+#include "gpu/profiler.h"
+
+namespace dsv4::gpu {
+namespace {
+
+constexpr int kChunk = 512, kRows = 8, kWarps = 8, kThreads = kWarps * 32, kExpertsPerWarp = 4;
+constexpr int kExpertsPerCta = kWarps * kExpertsPerWarp;
+constexpr int kMaxE = 1024, kMaxK = 16;  // kMaxK ≤ 32: one lane per choice
+
+// The 4 gate values of expert row `wrow` at chunk positions 128j + 4l .. +3 (zero past `kn`).
+template <bool kBf16>
+__device__ __forceinline__ float4 gate_quad(const void* wrow, int64_t k, bool valid) {
+  if (!valid) return make_float4(0.f, 0.f, 0.f, 0.f);
+  if (kBf16) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(wrow) + k));
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+  return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(wrow) + k));
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* __restrict__ x, int64_t n, int64_t D,
+                                                                   const void* __restrict__ gate, int E,
+                                                                   double* __restrict__ partials) {
+  __shared__ float4 xs[kRows][kChunk / 4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t c = blockIdx.x, k0 = c * kChunk, r0 = int64_t(blockIdx.z) * kRows;
+  const int e0 = blockIdx.y * kExpertsPerCta + warp * kExpertsPerWarp;
+  const int rg = int(min(int64_t{kRows}, n - r0));
+  // Weights first (parameters: safe before pdl_wait).
+  float4 w[kExpertsPerWarp][4];
+#pragma unroll
+  for (int ei = 0; ei < kExpertsPerWarp; ++ei) {
+    const int e = min(e0 + ei, E - 1);  // experts past E read a valid row and are never stored
+    const void* wrow = kBf16 ? static_cast<const void*>(static_cast<const uint16_t*>(gate) + int64_t(e) * D)
+                             : static_cast<const void*>(static_cast<const float*>(gate) + int64_t(e) * D);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t k = k0 + 128 * j + 4 * lane;
+      w[ei][j] = gate_quad<kBf16>(wrow, k, k < D);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  constexpr int kPerThread = kRows * kChunk / 4 / kThreads;  // float4 of x per thread, loaded together
+  float4 xv[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / (kChunk / 4);
+    const int64_t k = k0 + 4 * (i % (kChunk / 4));
+    xv[j] = r < rg && k < D ? __ldg(reinterpret_cast<const float4*>(x + (r0 + r) * D + k))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    xs[i / (kChunk / 4)][i % (kChunk / 4)] = xv[j];
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int r = 0; r < rg; ++r) {
+    double acc[kExpertsPerWarp];
+#pragma unroll
+    for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = 0.0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 xv = xs[r][32 * j + lane];
+#pragma unroll
+      for (int ei = 0; ei < kExpertsPerWarp; ++ei) {
+        acc[ei] = __fma_rn(double(xv.x), double(w[ei][j].x), acc[ei]);
+        acc[ei] = __fma_rn(double(xv.y), double(w[ei][j].y), acc[ei]);
+        acc[ei] = __fma_rn(double(xv.z), double(w[ei][j].z), acc[ei]);
+        acc[ei] = __fma_rn(double(xv.w), double(w[ei][j].w), acc[ei]);
+      }
+    }
+#pragma unroll
+    for (int ei = 0; ei < kExpertsPerWarp; ++ei)
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[ei] += __shfl_xor_sync(0xffffffffu, acc[ei], off);
+    if (lane < kExpertsPerWarp && e0 + lane < E) {
+      double v = acc[0];
+#pragma unroll
+      for (int ei = 1; ei < kExpertsPerWarp; ++ei) v = lane == ei ? acc[ei] : v;
+      partials[(c * n + r0 + r) * E + e0 + lane] = v;
+    }
+  }
+}
+
+// Warp-wide argmax of (v, e) over lanes, ties → lower e; e < 0: no candidate. Every lane returns
+// the same pair (xor butterfly of a total order). `sc` travels with the winner.
+__device__ __forceinline__ void warp_argmax(float& v, int& e, float& sc) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int oe = __shfl_xor_sync(0xffffffffu, e, off);
+    const float os = __shfl_xor_sync(0xffffffffu, sc, off);
+    if (oe >= 0 && (e < 0 || ov > v || (ov == v && oe < e))) {
+      v = ov;
+      e = oe;
+      sc = os;
+    }
+  }
+}
+
+constexpr int kChunkLoads = 16;  // chunk partials a thread loads before adding them
+
+// One CTA per row: the E logits (chunk partials added in increasing c) and scores in shared
+// memory, then warp 0 selects. Lane j (< k) ends holding the j-th selected expert and its score;
+// the normalization and the ascending-id order are formed by shuffles (no per-lane arrays).
+template <int kPer>  // experts per lane in the selection (E ≤ 32·kPer)
+__global__ void __launch_bounds__(kThreads) router_route_kernel(const double* __restrict__ partials, int64_t chunks,
+                                                                int64_t n, int E, int k, const float* __restrict__ bias,
+                                                                const int32_t* __restrict__ tid2eid,
+                                                                const int32_t* __restrict__ tokens, float route_scale,
+                                                                int32_t* ids, float* weights, int32_t* ids_sel) {
+  __shared__ float s_score[kMaxE], s_biased[kMaxE];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.x;
+  for (int e = threadIdx.x; e < E; e += kThreads) {
+    double s = 0.0;
+    for (int64_t c0 = 0; c0 < chunks; c0 += kChunkLoads) {
+      double p[kChunkLoads];
+#pragma unroll
+      for (int c = 0; c < kChunkLoads; ++c) p[c] = c0 + c < chunks ? partials[((c0 + c) * n + t) * E + e] : 0.0;
+#pragma unroll
+      for (int c = 0; c < kChunkLoads; ++c) {
+        if (c0 + c >= chunks) break;
+        s = c0 + c == 0 ? p[c] : s + p[c];
+      }
+    }
+    const float v = float(s);
+    const float sp = v > 20.0f ? v : float(log1p(double(dexpf(v))));
+    const float sc = sqrtf(sp);
+    s_score[e] = sc;
+    s_biased[e] = bias != nullptr ? sc + bias[e] : sc;
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  int my_e = -1;      // lane j < k: the j-th selected expert
+  float my_w = 0.0f;  // and its score
+  if (tid2eid != nullptr) {
+    if (lane < k) {
+      my_e = tid2eid[int64_t(tokens[t]) * k + lane];
+      my_w = s_score[my_e];
+    }
+  } else {
+    float score[kPer], biased[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      score[i] = e < E ? s_score[e] : 0.0f;
+      biased[i] = e < E ? s_biased[e] : 0.0f;
+    }
+    uint32_t taken = 0;  // bit i: expert lane + 32i already chosen
+    for (int j = 0; j < k; ++j) {
+      float bv = 0.0f, bs = 0.0f;
+      int be = -1;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {  // ascending e within the lane: '>' keeps the lower id on ties
+        const int e = lane + 32 * i;
+        if (e >= E || (taken >> i) & 1u) continue;
+        if (be < 0 || biased[i] > bv) {
+          bv = biased[i];
+          be = e;
+          bs = score[i];
+        }
+      }
+      warp_argmax(bv, be, bs);
+      if ((be & 31) == lane) taken |= 1u << (be >> 5);
+      if (lane == j) {
+        my_e = be;
+        my_w = bs;
+      }
+    }
+  }
+  // Σ of the scores in selection order (every lane the same), then each lane its own weight.
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum += __shfl_sync(0xffffffffu, my_w, j);
+  float w = my_w / sum;
+  w *= route_scale;
+  // Stable ascending-id rank of lane j's expert among the k (hash rows may repeat an id).
+  int rank = 0;
+  for (int j = 0; j < k; ++j) {
+    const int e = __shfl_sync(0xffffffffu, my_e, j);
+    rank += lane < k && (e < my_e || (e == my_e && j < lane));
+  }
+  if (lane < k) {
+    if (ids_sel != nullptr) ids_sel[t * k + lane] = my_e;
+    ids[t * k + rank] = my_e;
+    weights[t * k + rank] = w;
+  }
+}
+
+}  // namespace
+
+int64_t moe_router_workspace(int64_t n, int64_t D, int64_t E) { return (D + kChunk - 1) / kChunk * n * E; }
+
+void moe_router(const float* x, int64_t n, int64_t D, const void* gate, bool gate_bf16, const float* bias,
+                const int32_t* tid2eid, const int32_t* tokens, int E, int k, float route_scale, double* partials,
+                int64_t partials_size, int32_t* ids, float* weights, int32_t* ids_selection_order, cudaStream_t s) {
+  DSV4_CHECK(E >= 1 && E <= kMaxE && k >= 1 && k <= kMaxK && k <= E, "MoE router: ", E, " experts, top-", k,
+             " (supported: E <= ", kMaxE, ", k <= ", kMaxK, ")");
+  DSV4_CHECK(D % 16 == 0, "MoE router: hidden size ", D, " is not a multiple of 16");
+  DSV4_CHECK(partials_size >= moe_router_workspace(n, D, E), "MoE router: workspace of ", partials_size,
+             " doubles, needs ", moe_router_workspace(n, D, E));
+  if (n == 0) return;
+  const int64_t chunks = (D + kChunk - 1) / kChunk;
+  {
+    const double wbytes = double(E) * double(D) * (gate_bf16 ? 2.0 : 4.0);
+    prof::Launch pl("moe_router (logits)", wbytes + double(n) * D * 4 + double(chunks) * n * E * 8, s);
+    const dim3 grid(unsigned(chunks), unsigned((E + kExpertsPerCta - 1) / kExpertsPerCta), unsigned((n + kRows - 1) / kRows));
+    if (gate_bf16) launch_pdl(router_partials_kernel<true>, grid, kThreads, 0, s, x, n, D, gate, E, partials);
+    else launch_pdl(router_partials_kernel<false>, grid, kThreads, 0, s, x, n, D, gate, E, partials);
+  }
+  prof::Launch pl("moe_router (route)", double(chunks) * n * E * 8 + double(E) * 4 + double(n) * k * 12, s);
+  const unsigned grid = unsigned(n);
+  if (E <= 256) {
+    launch_pdl(router_route_kernel<8>, grid, kThreads, 0, s, partials, chunks, n, E, k, bias, tid2eid, tokens,
+               route_scale, ids, weights, ids_selection_order);
+  } else {
+    launch_pdl(router_route_kernel<32>, grid, kThreads, 0, s, partials, chunks, n, E, k, bias, tid2eid, tokens,
+               route_scale, ids, weights, ids_selection_order);
+  }
+}
+
+}  // namespace dsv4::gpu
