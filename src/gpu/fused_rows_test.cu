@@ -3,10 +3,15 @@
 // against round_bf16_values first. Skips when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <span>
+#include <tuple>
 #include <vector>
 
+#include "cpu/mhc.h"
 #include "gpu/cuda_check.h"
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_test_util.h"
@@ -211,6 +216,39 @@ TEST(FusedRowsTest, HcPostRoundsItsInputOnRead) {
   hc_post(df.get(), dpost.get(), dcomb.get(), n, dim, hc, true, got.get(), nullptr);
   EXPECT_EQ(got.download(), ref.download());
   EXPECT_EQ(df.download(), f);  // f itself is left as it was
+}
+
+// hc_post against the CPU's hc_post bit for bit: hc = 4 on aligned rows (the float4 kernel), hc = 4
+// at an odd offset and hc = 3 (the general kernel); bf16-valued f as the model passes it.
+TEST(FusedRowsTest, HcPostMatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [hc, dim, offset] : {std::tuple{4, 4096, 0}, std::tuple{4, 4096, 1}, std::tuple{3, 1000, 0},
+                                        std::tuple{4, 64, 0}}) {
+    const int64_t n = 5;
+    std::mt19937_64 rng(21 + hc + offset);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> post(n * hc), comb(n * hc * hc);
+    for (float& v : post) v = d(rng);
+    for (float& v : comb) v = d(rng);
+    const auto f = random_bf16(size_t(n * dim), 1.0f, 22);
+    const auto streams = random_bf16(size_t(n * hc * dim), 1.0f, 23);
+    std::vector<float> want = streams;
+    for (int64_t t = 0; t < n; ++t)
+      cpu::hc_post(std::span(f).subspan(t * dim, dim), std::span(post).subspan(t * hc, hc),
+                   std::span(comb).subspan(t * hc * hc, hc * hc), hc, std::span(want).subspan(t * hc * dim, hc * dim));
+    // offset > 0: every buffer starts `offset` floats into its allocation (not 16-byte aligned).
+    auto up = [&](const std::vector<float>& v) {
+      std::vector<float> padded(v.size() + offset, 0.0f);
+      std::copy(v.begin(), v.end(), padded.begin() + offset);
+      return to_device(padded);
+    };
+    auto df = up(f), dpost = up(post), dcomb = up(comb), dst = up(streams);
+    hc_post(df.get() + offset, dpost.get() + offset, dcomb.get() + offset, n, dim, hc, true, dst.get() + offset,
+            nullptr);
+    const auto got = dst.download();
+    EXPECT_EQ(0, std::memcmp(got.data() + offset, want.data(), want.size() * sizeof(float)))
+        << "hc " << hc << " dim " << dim << " offset " << offset;
+  }
 }
 
 }  // namespace

@@ -306,6 +306,50 @@ __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restr
   for (int j = 0; j < hc; ++j) X[j * dim + k] = outv[j];
 }
 
+// hc = 4 (the models' hc_mult), dim % 4 == 0, 16-byte aligned rows: a thread per 4 consecutive
+// k (float4 loads and stores) with its token's comb / post in registers — hc_post_kernel kept
+// in[] / out[] in local memory and read comb per output. The same operations per element.
+__global__ void hc_post4_kernel(const float* __restrict__ f, const float* __restrict__ post,
+                                const float* __restrict__ comb, int64_t n, int64_t dim, bool round_f,
+                                float* streams) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t nv = dim / 4, idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n * nv) return;
+  const int64_t t = idx / nv, kv = idx % nv;
+  float4* X = reinterpret_cast<float4*>(streams + t * 4 * dim);
+  float4 in[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) in[i] = X[i * nv + kv];
+  const float4 fr = __ldg(reinterpret_cast<const float4*>(f + t * dim) + kv);
+  float cb[16];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float4 c = __ldg(reinterpret_cast<const float4*>(comb + t * 16) + q);
+    cb[4 * q] = c.x;
+    cb[4 * q + 1] = c.y;
+    cb[4 * q + 2] = c.z;
+    cb[4 * q + 3] = c.w;
+  }
+  const float4 pv = __ldg(reinterpret_cast<const float4*>(post + t * 4));
+  const float po[4] = {pv.x, pv.y, pv.z, pv.w};
+  auto one = [&](float fv, float a, float b, float c, float d, int j) {
+    if (round_f) fv = round_bf16(fv);
+    float mix = cb[0 * 4 + j] * a;
+    mix += cb[1 * 4 + j] * b;
+    mix += cb[2 * 4 + j] * c;
+    mix += cb[3 * 4 + j] * d;
+    return round_bf16(po[j] * fv + mix);
+  };
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    X[j * nv + kv] = make_float4(one(fr.x, in[0].x, in[1].x, in[2].x, in[3].x, j),
+                                 one(fr.y, in[0].y, in[1].y, in[2].y, in[3].y, j),
+                                 one(fr.z, in[0].z, in[1].z, in[2].z, in[3].z, j),
+                                 one(fr.w, in[0].w, in[1].w, in[2].w, in[3].w, j));
+  }
+}
+
 }  // namespace
 
 void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int64_t dim,
@@ -350,6 +394,12 @@ void hc_post(const float* f, const float* post, const float* comb, int64_t n, in
              float* streams, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("hc_post", double(n) * dim * 4 + double(n) * hc * dim * 8, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (hc == 4 && dim % 4 == 0 && aligned(f) && aligned(post) && aligned(comb) && aligned(streams)) {
+    launch_pdl(hc_post4_kernel, static_cast<unsigned>((n * dim / 4 + 255) / 256), 256, 0, s, f, post, comb, n, dim,
+               round_f, streams);
+    return;
+  }
   launch_pdl(hc_post_kernel, static_cast<unsigned>((n * dim + 255) / 256), 256, 0, s, f, post, comb, n, dim, hc, round_f, streams);
 }
 
