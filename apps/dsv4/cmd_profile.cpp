@@ -88,31 +88,28 @@ void print_collective_sync(const std::vector<gpu::prof::KernelRecord>& records) 
 // Where the ranks' steps differ: per launcher, µs per step on every rank, the rows whose spread
 // (max − min over ranks) is largest first. A rank that is slower before a collective makes its
 // peers wait there, so the collective's own row is left out.
-void print_rank_imbalance(const std::vector<gpu::prof::KernelRecord>& records, const gpu::prof::KernelMap& map,
-                          const ProfileArgs& a) {
+void print_rank_imbalance(const std::vector<gpu::prof::Attribution>& ranks, int steps) {
+  const int tp = static_cast<int>(ranks.size());
   std::map<std::string, std::vector<double>> per_rank;  // launcher -> us/step per rank
-  for (int r = 0; r < a.tp; ++r) {
-    std::vector<gpu::prof::KernelRecord> mine;
-    for (const auto& k : records)
-      if (k.device == static_cast<uint32_t>(r)) mine.push_back(k);
-    for (const auto& row : gpu::prof::attribute(std::move(mine), map, a.steps).rows) {
+  for (int r = 0; r < tp; ++r) {
+    for (const auto& row : ranks[r].rows) {
       auto& v = per_rank[row.kernel];
-      v.resize(static_cast<size_t>(a.tp), 0.0);
-      v[static_cast<size_t>(r)] = row.us / a.steps;
+      v.resize(static_cast<size_t>(tp), 0.0);
+      v[static_cast<size_t>(r)] = row.us / steps;
     }
   }
   std::vector<std::pair<double, std::string>> order;
-  std::vector<double> total(static_cast<size_t>(a.tp), 0.0);
+  std::vector<double> total(static_cast<size_t>(tp), 0.0);
   for (const auto& [name, v] : per_rank) {
     if (name.rfind("all_reduce", 0) == 0) continue;
-    for (int r = 0; r < a.tp; ++r) total[r] += v[r];
+    for (int r = 0; r < tp; ++r) total[r] += v[r];
     order.emplace_back(*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end()), name);
   }
   std::sort(order.rbegin(), order.rend());
   std::printf("\nranks compared (CUDA graph replay, us per step, collectives left out):\n%-30s", "kernel");
-  for (int r = 0; r < a.tp; ++r) std::printf("  rank %d us", r);
+  for (int r = 0; r < tp; ++r) std::printf("  rank %d us", r);
   std::printf("  max-min\n%-30s", "all other kernels");
-  for (int r = 0; r < a.tp; ++r) std::printf(" %10.1f", total[r]);
+  for (int r = 0; r < tp; ++r) std::printf(" %10.1f", total[r]);
   std::printf(" %8.1f\n", *std::max_element(total.begin(), total.end()) - *std::min_element(total.begin(), total.end()));
   for (size_t i = 0; i < std::min<size_t>(order.size(), 8); ++i) {
     std::printf("%-30s", order[i].second.c_str());
@@ -129,7 +126,6 @@ void print_rank_imbalance(const std::vector<gpu::prof::KernelRecord>& records, c
 std::vector<gpu::prof::KernelStat> traced_graph_rows(gpu::GpuModel& m, const ProfileArgs& a,
                                                      const std::function<void(gpu::GpuModel::DecodeMode)>& step) {
   using Mode = gpu::GpuModel::DecodeMode;
-  const int device = a.tp > 1 ? a.rank : -1;  // tensor parallel: the tables show rank a.rank (device a.rank)
   gpu::cupti::KernelTrace trace;
   trace.start();
   gpu::prof::reset();
@@ -146,15 +142,24 @@ std::vector<gpu::prof::KernelStat> traced_graph_rows(gpu::GpuModel& m, const Pro
   step(Mode::kAuto);  // captures the graph (and sizes its workspace) under CUPTI
   const double capture_ms = seconds_since(tc) * 1e3;
   for (int i = 0; i < a.warmup; ++i) step(Mode::kAuto);
-  (void)trace.take(device);
+  (void)trace.take();  // the warm-up replays
   for (int i = 0; i < a.steps; ++i) step(Mode::kAuto);
   std::vector<gpu::prof::KernelRecord> records = trace.stop(-1);
+  // One attribution per rank (tensor parallel) or of every record (one GPU).
+  std::vector<gpu::prof::Attribution> ranks;
   if (a.tp > 1) {
     print_collective_sync(records);
-    print_rank_imbalance(records, map, a);
+    for (int r = 0; r < a.tp; ++r) {
+      std::vector<gpu::prof::KernelRecord> mine;
+      for (const auto& k : records)
+        if (k.device == static_cast<uint32_t>(r)) mine.push_back(k);
+      ranks.push_back(gpu::prof::attribute(std::move(mine), map, a.steps));
+    }
+    print_rank_imbalance(ranks, a.steps);
+  } else {
+    ranks.push_back(gpu::prof::attribute(std::move(records), map, a.steps));
   }
-  std::erase_if(records, [&](const gpu::prof::KernelRecord& r) { return device >= 0 && r.device != uint32_t(device); });
-  const auto att = gpu::prof::attribute(std::move(records), map, a.steps);
+  const gpu::prof::Attribution& att = ranks[a.tp > 1 ? static_cast<size_t>(a.rank) : 0];
   if (trace.dropped_records() > 0) {
     std::printf("warning: CUPTI dropped %lld activity records: the graph replay table undercounts\n",
                 static_cast<long long>(trace.dropped_records()));
@@ -196,6 +201,7 @@ void profile(const ProfileArgs& a) {
   DSV4_CHECK(gpu::has_cuda_device(), "no CUDA device: `dsv4 profile` needs a visible NVIDIA GPU");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress stays visible when the run is cut short
   DSV4_CHECK(a.batch >= 1 && a.steps >= 1 && a.context >= 1 && a.warmup >= 0, "bad --batch/--steps/--context");
+  DSV4_CHECK(a.rank >= 0 && a.rank < std::max(a.tp, 1), "--rank ", a.rank, " needs a rank of --tp ", a.tp);
   // Positions: warm-up and steps of the eager, profiled, graph and CUPTI passes (+ slack).
   const int64_t max_len = a.context + 3 * a.warmup + 4 * a.steps + 24;
   gpu::GpuModelOptions go{.max_seq_len = max_len, .tp_size = a.tp};

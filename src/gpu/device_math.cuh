@@ -20,6 +20,9 @@ __device__ __forceinline__ float round_bf16(float f) {
 }
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
 
+// Whether p is 16-byte aligned (float4 / uint4 access); host and device.
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
   const uint32_t sign = uint32_t(b >> 7) << 31;
   const int exp = (b >> 3) & 0xf, man = b & 7;

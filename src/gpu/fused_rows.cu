@@ -117,8 +117,6 @@ __global__ void rope_hadamard_q4_kernel(float* x, int len, const float* __restri
   for (int b = threadIdx.x >> 5; b < len / 32; b += warps) simulate_block_warp<true>(v + b * 32, 32, lane);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // rms_norm_rows' choice for these pointers (row_ops.cuh): float4s per thread, 0 = its other kernel.
 int rms_vec_per_thread(int64_t dim, const void* x, const void* w, const void* y) {
   return rms_norm_vec_per_thread(dim, aligned16(x) && aligned16(w) && (y == nullptr || aligned16(y)));

@@ -323,8 +323,6 @@ void launch_skinny(SkinnyArgs a, cudaStream_t s) {
   else launch_pdl(skinny_kernel<WT, 2>, grid, nwarps * 32, smem, s, a);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // RMSNorm with the row held in registers: VPT float4 per thread (dim ≤ VPT·4·256), one read of
 // x and w, all loads issued before the block reduction (the strided loop of rms_norm_kernel
 // waited on one load round trip per few elements). Double sum in a fixed block order.

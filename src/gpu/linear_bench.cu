@@ -7,7 +7,8 @@
 // account (weights + scales + activations in + out). Small kernels (hc_pre, head_rms,
 // rms_norm) run on L2-resident data: µs per call is what matters there.
 // Usage: gpu_linear_bench [replays] [only]: `only` = comma-separated substrings of the shape
-// names to run ("small" = the small-kernel section, "multi" = the fused decode projections); all
+// names to run ("small" = the small-kernel section, "multi" = the fused decode projections,
+// "router" = the MoE router); all
 // when absent. Environment: DSV4_BENCH_MS = comma-separated row counts (instead of 1, 8, 16, 64,
 // 512, 4096); DSV4_MMA_TILE = i runs every tensor-core linear on tile configuration i
 // (linear_mma.h force_tile; same bits, other speed).
@@ -253,6 +254,32 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n");
+
+  // ---- the MoE router (moe_router.cu: bf16 gate 256 x 4096 logits in double, then top-6) -------
+  if (wanted("router")) {
+    const int64_t E = 256, in = 4096, wb = E * in * 2;
+    const int k = 6, nc = copies_for(double(wb));
+    DeviceBuffer<uint16_t> w(E * in * nc);
+    DeviceBuffer<float> x(Mmax * in), bias(E), wts(Mmax * k);
+    DeviceBuffer<int32_t> ids(Mmax * k);
+    DeviceBuffer<double> parts(static_cast<size_t>(moe_router_workspace(Mmax, in, E)));
+    fill_random_bf16(w.get(), E * in * nc, 0.02f, 0.0f, 8, nullptr);
+    fill_random_f32(x.get(), Mmax * in, 1.0f, 0.0f, 9, nullptr);
+    fill_random_f32(bias.get(), E, 0.05f, 0.0f, 10, nullptr);
+    for (int64_t M : Ms) {
+      const int64_t need = moe_router_workspace(M, in, E);
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            moe_router(x.get(), M, in, w.get() + (i % nc) * E * in, true, bias.get(), nullptr, nullptr, int(E), k, 1.5f,
+                       parts.get(), need, ids.get(), wts.get(), nullptr, s);
+          },
+          replays);
+      // Gate streamed once, x read, chunk partials written and read back, ids and weights out.
+      report("router", "gate 256x4096 top-6", M, double(wb) + M * in * 4.0 + 2.0 * need * 8 + M * k * 8.0, t,
+             flops_of(M, E, in));
+    }
+    std::printf("\n");
+  }
 
   // ---- small per-layer kernels (L2-resident inputs) ------------------------------------------
   if (!wanted("small")) return 0;

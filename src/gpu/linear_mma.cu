@@ -362,8 +362,6 @@ bool dispatch(const Args& a, cudaStream_t s) {
   return launch_tile<WT>(choose_tile<WT>(a), a, s);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 bool lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const uint8_t* w,

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
 #include "gpu/linear_small_out.cuh"
 #include "gpu/ops.h"
 #include "gpu/pdl.cuh"
@@ -74,8 +75,6 @@ __device__ __forceinline__ void stage_rows_vec(T* dst, int pad, int width, const
     }
   }
 }
-
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Stages `width` K positions from k0 (kn of them valid, the rest 0) of the weights [out, in] and
 // of x rows r0 .. r0 + rg into shared rows of `pad` elements (T: float or double; exact).

@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
 
 bool hc_fast_ok(int hc, int64_t dim, const void* streams, const void* out) {
   return hc == kFastHc && dim % 4 == 0 && dim <= int64_t(kFastData) * kFastVpt * 4 &&
-         (reinterpret_cast<uintptr_t>(streams) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+         aligned16(streams) && aligned16(out);
 }
 
 __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restrict__ post,
@@ -368,7 +368,7 @@ void hc_pre_finish(const float* streams, const float* mixes_raw, int64_t n, int6
 
 bool hc_pre_norm_applies(const HcDeviceParams& p, int64_t dim, const void* streams, const void* x,
                          const void* norm_w) {
-  return hc_fast_ok(p.hc, dim, streams, x) && (reinterpret_cast<uintptr_t>(norm_w) & 15) == 0;
+  return hc_fast_ok(p.hc, dim, streams, x) && aligned16(norm_w);
 }
 
 bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int64_t n, int64_t dim,
@@ -394,8 +394,7 @@ void hc_post(const float* f, const float* post, const float* comb, int64_t n, in
              float* streams, cudaStream_t s) {
   if (n == 0) return;
   prof::Launch pl("hc_post", double(n) * dim * 4 + double(n) * hc * dim * 8, s, [&] { return std::string("n=") + std::to_string(n) + " " + "dim=" + std::to_string(dim); });
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (hc == 4 && dim % 4 == 0 && aligned(f) && aligned(post) && aligned(comb) && aligned(streams)) {
+  if (hc == 4 && dim % 4 == 0 && aligned16(f) && aligned16(post) && aligned16(comb) && aligned16(streams)) {
     launch_pdl(hc_post4_kernel, static_cast<unsigned>((n * dim / 4 + 255) / 256), 256, 0, s, f, post, comb, n, dim,
                round_f, streams);
     return;

@@ -103,9 +103,7 @@ __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* 
       }
     }
 #pragma unroll
-    for (int ei = 0; ei < kExpertsPerWarp; ++ei)
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) acc[ei] += __shfl_xor_sync(0xffffffffu, acc[ei], off);
+    for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = warp_sum(acc[ei]);
     if (lane < kExpertsPerWarp && e0 + lane < E) {
       double v = acc[0];
 #pragma unroll

@@ -27,24 +27,6 @@ namespace {
 
 constexpr int kRanks = 2, kCalls = 50, kReplays = 15;
 
-// Median µs per call of `call(rank, x, count, stream)` captured kCalls times per graph.
-template <class Call>
-double time_per_call(TpGroup& threads, int64_t count, const Call& call) {
-  std::vector<float> per_replay;
-  threads.run([&](int r) {
-    DeviceBuffer<float> x(static_cast<size_t>(count));
-    CUDA_CHECK(cudaMemset(x.get(), 0, count * sizeof(float)));
-    cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    call(r, x.get(), count, s);  // eager first: NCCL sets its connections up outside the capture
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    auto us = bench::capture_and_time(s, kCalls, kReplays, [&](int) { call(r, x.get(), count, s); });
-    if (r == 0) per_replay = std::move(us);
-    CUDA_CHECK(cudaStreamDestroy(s));
-  });
-  return bench::median(per_replay);
-}
-
 // Streams `bytes` of `buf` (uint4 loads, grid-stride), as a decode step's weight reads do between
 // two all-reduces: it evicts L2 and the TLB entries the all-reduce used.
 __global__ void stream_read_kernel(const uint4* __restrict__ buf, int64_t n, unsigned* sink) {
@@ -56,30 +38,34 @@ __global__ void stream_read_kernel(const uint4* __restrict__ buf, int64_t n, uns
   if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads
 }
 
-// All-reduce latency in context: µs per (stream read of kReadBytes + all-reduce) minus µs per read
-// alone, both captured kCalls times per graph; call i reads slice i % kSlices of a per-rank buffer.
+// In-context timing: call i first reads slice i % kSlices (kReadBytes each) of a per-rank buffer.
 constexpr int64_t kReadBytes = int64_t{64} << 20, kSlices = 8;
 
+// Median µs per graph slot of kCalls slots, measured on rank 0. A slot is `call(rank, x, count,
+// stream)`, preceded by a kReadBytes stream read when `read` (then `reduce` = false times the read
+// alone, to subtract).
 template <class Call>
-double in_context_per_call(TpGroup& threads, int64_t count, bool with_reduce, const Call& call) {
+double time_per_call(TpGroup& threads, int64_t count, const Call& call, bool read = false, bool reduce = true) {
   std::vector<float> per_replay;
   threads.run([&](int r) {
     DeviceBuffer<float> x(static_cast<size_t>(count));
-    DeviceBuffer<uint8_t> weights(static_cast<size_t>(kReadBytes * kSlices));
+    DeviceBuffer<uint8_t> weights(static_cast<size_t>(read ? kReadBytes * kSlices : 16));
     DeviceBuffer<unsigned> sink(1);
     CUDA_CHECK(cudaMemset(x.get(), 0, count * sizeof(float)));
-    CUDA_CHECK(cudaMemset(weights.get(), 1, kReadBytes * kSlices));
-    cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    call(r, x.get(), count, s);
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (read) CUDA_CHECK(cudaMemset(weights.get(), 1, kReadBytes * kSlices));
     int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, r));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    call(r, x.get(), count, s);  // eager first: NCCL sets its connections up outside the capture
+    CUDA_CHECK(cudaStreamSynchronize(s));
     auto us = bench::capture_and_time(s, kCalls, kReplays, [&](int i) {
-      const auto* slice = reinterpret_cast<const uint4*>(weights.get() + (i % kSlices) * kReadBytes);
-      stream_read_kernel<<<sms * 4, 512, 0, s>>>(slice, kReadBytes / 16, sink.get());
-      CUDA_CHECK(cudaGetLastError());
-      if (with_reduce) call(r, x.get(), count, s);
+      if (read) {
+        const auto* slice = reinterpret_cast<const uint4*>(weights.get() + (i % kSlices) * kReadBytes);
+        stream_read_kernel<<<sms * 4, 512, 0, s>>>(slice, kReadBytes / 16, sink.get());
+        CUDA_CHECK(cudaGetLastError());
+      }
+      if (reduce) call(r, x.get(), count, s);
     });
     if (r == 0) per_replay = std::move(us);
     CUDA_CHECK(cudaStreamDestroy(s));
@@ -132,10 +118,10 @@ int main() {
     const int64_t count = int64_t{rows} * 4096;
     auto p2p_call = [&](int r, float* x, int64_t n, cudaStream_t s) { p2p.run(r, x, n, s); };
     auto nccl_call = [&](int r, float* x, int64_t n, cudaStream_t s) { nccl.all_reduce_sum(r, x, n, s); };
-    const double read_p = in_context_per_call(nccl, count, false, p2p_call);
-    const double both_p = in_context_per_call(nccl, count, true, p2p_call);
-    const double read_n = in_context_per_call(nccl, count, false, nccl_call);
-    const double both_n = in_context_per_call(nccl, count, true, nccl_call);
+    const double read_p = time_per_call(nccl, count, p2p_call, true, false);
+    const double both_p = time_per_call(nccl, count, p2p_call, true, true);
+    const double read_n = time_per_call(nccl, count, nccl_call, true, false);
+    const double both_n = time_per_call(nccl, count, nccl_call, true, true);
     std::printf("%-6d | %12.2f %12.2f | %12.2f %12.2f\n", rows, read_p, both_p - read_p, read_n, both_n - read_n);
   }
   return 0;
