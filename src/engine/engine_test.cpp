@@ -239,7 +239,10 @@ TEST(Engine, QueueLimitRejectsAndDrainStopsAccepting) {
   c.max_running_requests = 1;
   c.max_queued_requests = 2;
   auto runner = std::make_unique<TestRunner>();
-  runner->step_delay = std::chrono::milliseconds(2);
+  // 10 ms steps: a request runs 0.5 s, so the ten submits below finish long before the running
+  // one does even on a loaded CI machine (at 2 ms, a 100 ms stall of this thread let a fourth
+  // request in: seen once under ctest -j2).
+  runner->step_delay = std::chrono::milliseconds(10);
   Collector col;
   Engine e(c, std::move(runner));
   e.start();
