@@ -35,29 +35,38 @@ constexpr int kChunk = 512, kRows = 8, kWarps = 8, kThreads = kWarps * 32, kExpe
 constexpr int kExpertsPerCta = kWarps * kExpertsPerWarp;
 constexpr int kMaxE = 1024, kMaxK = 16;  // kMaxK ≤ 32: one lane per choice
 
-// The 4 gate values of expert row `wrow` at chunk positions 128j + 4l .. +3 (zero past `kn`).
+// The 4 gate values of expert row `wrow` at k .. k + 3 (zero when !valid), as doubles (exact).
 template <bool kBf16>
-__device__ __forceinline__ float4 gate_quad(const void* wrow, int64_t k, bool valid) {
-  if (!valid) return make_float4(0.f, 0.f, 0.f, 0.f);
-  if (kBf16) {
+__device__ __forceinline__ void gate_quad(const void* wrow, int64_t k, bool valid, double* out) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (valid && kBf16) {
     const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(wrow) + k));
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
+    v = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                    __uint_as_float(u.y & 0xffff0000u));
+  } else if (valid) {
+    v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(wrow) + k));
   }
-  return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(wrow) + k));
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
 }
+
+// Rows per CTA: kRows × groups (calls of many rows loop over row groups, so a CTA's weights —
+// converted to double once — serve up to 64 rows).
+inline int row_groups(int64_t n) { return n > 64 ? 8 : 1; }
 
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* __restrict__ x, int64_t n, int64_t D,
-                                                                   const void* __restrict__ gate, int E,
+                                                                   const void* __restrict__ gate, int E, int groups,
                                                                    double* __restrict__ partials) {
   __shared__ float4 xs[kRows][kChunk / 4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t c = blockIdx.x, k0 = c * kChunk, r0 = int64_t(blockIdx.z) * kRows;
+  const int64_t c = blockIdx.x, k0 = c * kChunk;
   const int e0 = blockIdx.y * kExpertsPerCta + warp * kExpertsPerWarp;
-  const int rg = int(min(int64_t{kRows}, n - r0));
-  // Weights first (parameters: safe before pdl_wait).
-  float4 w[kExpertsPerWarp][4];
+  // Weights first (parameters: safe before pdl_wait), as doubles: products below need no
+  // conversion of w (a 64-bit conversion issues at a quarter of the DFMA rate).
+  double w[kExpertsPerWarp][16];
 #pragma unroll
   for (int ei = 0; ei < kExpertsPerWarp; ++ei) {
     const int e = min(e0 + ei, E - 1);  // experts past E read a valid row and are never stored
@@ -66,49 +75,54 @@ __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t k = k0 + 128 * j + 4 * lane;
-      w[ei][j] = gate_quad<kBf16>(wrow, k, k < D);
+      gate_quad<kBf16>(wrow, k, k < D, &w[ei][4 * j]);
     }
   }
   pdl_wait();
   pdl_trigger();
-  constexpr int kPerThread = kRows * kChunk / 4 / kThreads;  // float4 of x per thread, loaded together
-  float4 xv[kPerThread];
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * kThreads, r = i / (kChunk / 4);
-    const int64_t k = k0 + 4 * (i % (kChunk / 4));
-    xv[j] = r < rg && k < D ? __ldg(reinterpret_cast<const float4*>(x + (r0 + r) * D + k))
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    xs[i / (kChunk / 4)][i % (kChunk / 4)] = xv[j];
-  }
-  __syncthreads();
 #pragma unroll 1
-  for (int r = 0; r < rg; ++r) {
-    double acc[kExpertsPerWarp];
+  for (int gi = 0; gi < groups; ++gi) {
+    const int64_t r0 = (int64_t(blockIdx.z) * groups + gi) * kRows;
+    if (r0 >= n) break;  // CTA-uniform
+    const int rg = int(min(int64_t{kRows}, n - r0));
+    constexpr int kPerThread = kRows * kChunk / 4 / kThreads;  // float4 of x per thread, loaded together
+    float4 xv[kPerThread];
 #pragma unroll
-    for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = 0.0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float4 xv = xs[r][32 * j + lane];
-#pragma unroll
-      for (int ei = 0; ei < kExpertsPerWarp; ++ei) {
-        acc[ei] = __fma_rn(double(xv.x), double(w[ei][j].x), acc[ei]);
-        acc[ei] = __fma_rn(double(xv.y), double(w[ei][j].y), acc[ei]);
-        acc[ei] = __fma_rn(double(xv.z), double(w[ei][j].z), acc[ei]);
-        acc[ei] = __fma_rn(double(xv.w), double(w[ei][j].w), acc[ei]);
-      }
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads, r = i / (kChunk / 4);
+      const int64_t k = k0 + 4 * (i % (kChunk / 4));
+      xv[j] = r < rg && k < D ? __ldg(reinterpret_cast<const float4*>(x + (r0 + r) * D + k))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    if (gi > 0) __syncthreads();  // the previous group's rows are read
 #pragma unroll
-    for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = warp_sum(acc[ei]);
-    if (lane < kExpertsPerWarp && e0 + lane < E) {
-      double v = acc[0];
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      xs[i / (kChunk / 4)][i % (kChunk / 4)] = xv[j];
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int r = 0; r < rg; ++r) {
+      double acc[kExpertsPerWarp];
 #pragma unroll
-      for (int ei = 1; ei < kExpertsPerWarp; ++ei) v = lane == ei ? acc[ei] : v;
-      partials[(c * n + r0 + r) * E + e0 + lane] = v;
+      for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = 0.0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 xq = xs[r][32 * j + lane];
+        const double xd[4] = {xq.x, xq.y, xq.z, xq.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = __fma_rn(xd[i], w[ei][4 * j + i], acc[ei]);
+      }
+#pragma unroll
+      for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = warp_sum(acc[ei]);
+      if (lane < kExpertsPerWarp && e0 + lane < E) {
+        double v = acc[0];
+#pragma unroll
+        for (int ei = 1; ei < kExpertsPerWarp; ++ei) v = lane == ei ? acc[ei] : v;
+        partials[(c * n + r0 + r) * E + e0 + lane] = v;
+      }
     }
   }
 }
@@ -237,9 +251,12 @@ void moe_router(const float* x, int64_t n, int64_t D, const void* gate, bool gat
   {
     const double wbytes = double(E) * double(D) * (gate_bf16 ? 2.0 : 4.0);
     prof::Launch pl("moe_router (logits)", wbytes + double(n) * D * 4 + double(chunks) * n * E * 8, s);
-    const dim3 grid(unsigned(chunks), unsigned((E + kExpertsPerCta - 1) / kExpertsPerCta), unsigned((n + kRows - 1) / kRows));
-    if (gate_bf16) launch_pdl(router_partials_kernel<true>, grid, kThreads, 0, s, x, n, D, gate, E, partials);
-    else launch_pdl(router_partials_kernel<false>, grid, kThreads, 0, s, x, n, D, gate, E, partials);
+    const int groups = row_groups(n);
+    const int64_t rows_per_cta = int64_t{kRows} * groups;
+    const dim3 grid(unsigned(chunks), unsigned((E + kExpertsPerCta - 1) / kExpertsPerCta),
+                    unsigned((n + rows_per_cta - 1) / rows_per_cta));
+    if (gate_bf16) launch_pdl(router_partials_kernel<true>, grid, kThreads, 0, s, x, n, D, gate, E, groups, partials);
+    else launch_pdl(router_partials_kernel<false>, grid, kThreads, 0, s, x, n, D, gate, E, groups, partials);
   }
   prof::Launch pl("moe_router (route)", double(chunks) * n * E * 8 + double(E) * 4 + double(n) * k * 12, s);
   const unsigned grid = unsigned(n);
