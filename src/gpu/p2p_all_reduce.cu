@@ -13,18 +13,31 @@ struct OneShotArgs {
   int64_t count = 0;
   int rank = 0, size = 0;
   bool vec4 = false;  // x is 16-byte aligned: float4 loads and stores
-  float* buffers[P2pAllReduce::kMaxRanks] = {};   // each rank's receive slots [2][size][max_floats]
-  uint32_t* flags[P2pAllReduce::kMaxRanks] = {};  // each rank's [kBlocks][kMaxRanks]
-  uint32_t* epochs = nullptr;                     // this rank's [kBlocks]
+  float* buffers[P2pAllReduce::kMaxRanks] = {};  // each rank's receive slots [3][size][max_floats]
+  uint32_t* epochs = nullptr;                    // this rank's [kBlocks]
   int64_t max_floats = 0;
   const volatile int* abort = nullptr;
 };
 
-__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// The value of an empty receive slot: a signalling NaN, which arithmetic never produces (it
+// quiets NaNs); an input with these bits is sent, and summed, as the canonical quiet NaN.
+constexpr uint32_t kEmpty = P2pAllReduce::kEmptyBits;
+__device__ __forceinline__ float clean(float v) {
+  return __float_as_uint(v) == kEmpty ? __uint_as_float(0x7fffffffu) : v;
 }
-// Received data (written by a peer GPU): volatile (= relaxed, system scope) loads, never served
-// from a stale cached copy of the lines (ld.cv is only a cache hint).
+__device__ __forceinline__ float4 clean(float4 v) { return make_float4(clean(v.x), clean(v.y), clean(v.z), clean(v.w)); }
+__device__ __forceinline__ bool empty(float v) { return __float_as_uint(v) == kEmpty; }
+__device__ __forceinline__ bool empty(float4 v) { return empty(v.x) || empty(v.y) || empty(v.z) || empty(v.w); }
+
+// Stores into a peer's memory (NVLink) and polls of our own receive slots: volatile (relaxed,
+// system scope) accesses, never kept in a register or served from a stale L1 line.
+__device__ __forceinline__ void store_peer(float4* p, float4 v) {
+  asm volatile("st.volatile.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void store_peer(float* p, float v) {
+  asm volatile("st.volatile.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
 __device__ __forceinline__ float4 load_peer(const float4* p) {
   float4 v;
   asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -38,9 +51,22 @@ __device__ __forceinline__ float load_peer(const float* p) {
   asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+
+// Polls slot p until every value has arrived (or the group is aborted), then empties it.
+template <class T>
+__device__ __forceinline__ T receive(T* p, const volatile int* abort) {
+  T v = load_peer(p);
+  for (uint32_t spins = 0; empty(v); ++spins) {
+    if ((spins & 1023u) == 1023u && *abort != 0) break;
+    v = load_peer(p);
+  }
+  T e;
+  if constexpr (sizeof(T) == sizeof(float4)) {
+    e = make_float4(__uint_as_float(kEmpty), __uint_as_float(kEmpty), __uint_as_float(kEmpty), __uint_as_float(kEmpty));
+  } else {
+    e = __uint_as_float(kEmpty);
+  }
+  *p = e;
   return v;
 }
 
@@ -58,9 +84,8 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
     epoch_s = e;
   }
   __syncthreads();
-  const uint32_t epoch = epoch_s;
-  // Receive slots: buffers[r] = [2 parities][size senders][max_floats].
-  const int64_t slot = a.max_floats, parity_offset = (epoch & 1u) ? int64_t(a.size) * slot : 0;
+  // Receive slots: buffers[r] = [3 generations][size senders][max_floats]; call e uses e % 3.
+  const int64_t slot = a.max_floats, gen_offset = int64_t(epoch_s % 3u) * a.size * slot;
   const int64_t per = ((a.count + P2pAllReduce::kBlocks - 1) / P2pAllReduce::kBlocks + 3) / 4 * 4;
   const int64_t lo = b * per < a.count ? b * per : a.count;
   const int64_t hi = lo + per < a.count ? lo + per : a.count;
@@ -70,35 +95,23 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   const int64_t tail = hi4 * 4 > lo ? hi4 * 4 : lo;
 
   // 1. Push this rank's slice into every peer's receive slot for this rank (posted NVLink
-  //    stores: no round trip), then announce it with a release store into the peer's flags.
+  //    stores: the data is its own flag).
   for (int peer = 0; peer < a.size; ++peer) {
     if (peer == a.rank) continue;
-    float* dst = a.buffers[peer] + parity_offset + int64_t(a.rank) * slot;
+    float* dst = a.buffers[peer] + gen_offset + int64_t(a.rank) * slot;
     for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x)
-      reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(a.x)[i];
-    for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) dst[i] = a.x[i];
+      store_peer(reinterpret_cast<float4*>(dst) + i, clean(reinterpret_cast<const float4*>(a.x)[i]));
+    for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) store_peer(dst + i, clean(a.x[i]));
   }
-  __threadfence_system();  // every writer: its stores visible to the peers before the flag
-  __syncthreads();
-  if (threadIdx.x < a.size && static_cast<int>(threadIdx.x) != a.rank) {
-    const int peer = threadIdx.x;
-    store_release_sys(a.flags[peer] + b * P2pAllReduce::kMaxRanks + a.rank, epoch);
-    // 2. Wait (polling local memory) until the peer's slice for this call has arrived here.
-    const uint32_t* mine_flag = a.flags[a.rank] + b * P2pAllReduce::kMaxRanks + peer;
-    // >= (wrap-safe): the peer may already have announced the next call.
-    for (uint32_t spins = 0; static_cast<int32_t>(load_acquire_sys(mine_flag) - epoch) < 0; ++spins) {
-      if ((spins & 1023u) == 1023u && *a.abort != 0) break;
-    }
-  }
-  __syncthreads();
 
-  // 3. Sum over ranks 0..n−1 in order from local memory (own x, received slots).
-  const float* recv = a.buffers[a.rank] + parity_offset;
+  // 2. Sum over ranks 0..n−1 in order as the peers' values arrive in local memory (each thread
+  //    reads back only the elements it pushed, so x is still this rank's input).
+  float* recv = a.buffers[a.rank] + gen_offset;
   for (int64_t i = lo4 + threadIdx.x; i < hi4; i += blockDim.x) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int r = 0; r < a.size; ++r) {
-      const float4 v = r == a.rank ? reinterpret_cast<const float4*>(a.x)[i]
-                                   : load_peer(reinterpret_cast<const float4*>(recv + int64_t(r) * slot) + i);
+      const float4 v = r == a.rank ? clean(reinterpret_cast<const float4*>(a.x)[i])
+                                   : receive(reinterpret_cast<float4*>(recv + int64_t(r) * slot) + i, a.abort);
       if (r == 0) {
         s = v;
       } else {
@@ -110,11 +123,16 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
   for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) {
     float s = 0.f;
     for (int r = 0; r < a.size; ++r) {
-      const float v = r == a.rank ? a.x[i] : load_peer(recv + int64_t(r) * slot + i);
+      const float v = r == a.rank ? clean(a.x[i]) : receive(recv + int64_t(r) * slot + i, a.abort);
       s = r == 0 ? v : s + v;
     }
     a.x[i] = s;
   }
+}
+
+__global__ void fill_empty(float* p, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = __uint_as_float(kEmpty);
 }
 
 // Switches to `device` for the lifetime of the object.
@@ -161,10 +179,11 @@ P2pAllReduce::P2pAllReduce(int size, int64_t max_floats) : size_(size), max_floa
       }
     }
     Rank& k = ranks_[r];
-    CUDA_CHECK(cudaMalloc(&k.buffers, sizeof(float) * 2 * static_cast<size_t>(size) * static_cast<size_t>(max_floats)));
-    CUDA_CHECK(cudaMalloc(&k.flags, sizeof(uint32_t) * kBlocks * kMaxRanks));
+    const int64_t slots = int64_t{kGenerations} * size * max_floats;
+    CUDA_CHECK(cudaMalloc(&k.buffers, sizeof(float) * static_cast<size_t>(slots)));
     CUDA_CHECK(cudaMalloc(&k.epochs, sizeof(uint32_t) * kBlocks));
-    CUDA_CHECK(cudaMemset(k.flags, 0, sizeof(uint32_t) * kBlocks * kMaxRanks));
+    fill_empty<<<256, 256>>>(k.buffers, slots);
+    CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaMemset(k.epochs, 0, sizeof(uint32_t) * kBlocks));
     if (r == 0) CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&abort_device_), host, 0));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -175,7 +194,6 @@ P2pAllReduce::~P2pAllReduce() {
   for (size_t r = 0; r < ranks_.size(); ++r) {
     DeviceScope scope(static_cast<int>(r));
     cudaFree(ranks_[r].buffers);
-    cudaFree(ranks_[r].flags);
     cudaFree(ranks_[r].epochs);
   }
   if (abort_host_ != nullptr) cudaFreeHost(const_cast<int*>(abort_host_));
@@ -192,7 +210,6 @@ void P2pAllReduce::run(int rank, float* x, int64_t count, cudaStream_t stream) {
   a.vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int r = 0; r < size_; ++r) {
     a.buffers[r] = ranks_[r].buffers;
-    a.flags[r] = ranks_[r].flags;
   }
   a.epochs = ranks_[rank].epochs;
   a.max_floats = max_floats_;

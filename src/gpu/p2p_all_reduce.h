@@ -5,23 +5,23 @@
 // faster than NCCL 2.28 on 2×H200 (6.9 vs 6.6 µs at 1 row); round 2 pushes instead, so nothing
 // waits on a remote read: 6.65 / 6.91 / 7.62 / 12.45 / 18.79 µs at 1 / 8 / 16 / 64 / 128 rows
 // against NCCL's 6.67 / 7.10 / 8.09 / 13.23 / 27.46 (p2p_all_reduce_bench, CUDA graphs,
-// 2026-11-30) — equal at one row, so the per-call floor is not the data movement. Still opt-in
-// (TpGroup, DSV4_TP_ALLREDUCE=p2p).
+// 2026-11-30) — equal at one row, so the per-call floor is not the data movement. Round 3
+// (2026-11-30, eleventh session) drops the flags: the data is its own flag (Lamport-style).
 //
 // One kernel per rank and call, a fixed grid of kBlocks blocks; block b owns the same slice of x
 // on every rank:
-//   1. stores its slice of x into every peer's receive slot for this rank (double-buffered by
-//      call parity) and announces it with a release store of the call's epoch into the peer's
-//      flag array (system scope);
-//   2. polls its own flag array (local memory, acquire) until every peer announced the call;
-//   3. sums the slice over ranks 0, 1, …, n−1 in that order from local memory (first term not
-//      added to 0), so every rank ends with identical bits; for 2 ranks this is a + b like NCCL.
+//   1. stores its slice of x into every peer's receive slot for this rank (generation
+//      call % 3): posted NVLink stores, no fence, no flag;
+//   2. polls its own receive slots (local memory) until no value of its slice is the empty
+//      pattern (kEmptyBits, a signalling NaN: arithmetic never produces one; an input with those
+//      bits travels and is summed as the canonical quiet NaN), empties each slot again as it
+//      reads it, and sums over ranks 0, 1, …, n−1 in that order (first term not added to 0), so
+//      every rank ends with identical bits; for 2 ranks this is a + b like NCCL.
 // Epochs are counted on the device (one counter per block), so the kernel is CUDA-graph
-// capturable and replays need no host input. Why double buffering suffices: a rank starts call
-// k+2 (overwriting its slots of call k in the peers' buffers) only after its call k+1 kernel
-// finished, and that kernel waited for every peer block to announce call k+1, i.e. to have
-// finished call k, including reading the slots of call k.
-// Failure: abort() (host) raises a flag in mapped host memory that the barrier polls, so a rank
+// capturable and replays need no host input. Why three generations suffice: a peer writes
+// generation g again at call k + 3, after it received this rank's call k + 2 data, which this
+// rank pushed after its call k kernel (which emptied the generation-g slots) had finished.
+// Failure: abort() (host) raises a flag in mapped host memory that the receive loop polls, so a rank
 // spinning for a peer that died returns (with garbage); the caller then treats the group as
 // unusable, as after an NCCL abort.
 // Thread-safety: run() for rank r from rank r's thread only; every rank must call run() with the
@@ -40,13 +40,15 @@ class P2pAllReduce {
   static constexpr int kMaxRanks = 8;
   static constexpr int kBlocks = 24;
   static constexpr int kThreads = 512;
+  static constexpr int kGenerations = 3;
+  static constexpr uint32_t kEmptyBits = 0x7fbadbadu;  // an empty receive slot (signalling NaN)
 
   // True when every pair of devices 0..size-1 can access each other's memory (and size >= 2).
   static bool supported(int size);
 
   // Enables peer access between devices 0..size-1 and allocates, on each, the receive slots
-  // (2 × size × max_floats floats), the flag array and the epoch counters; restores the current
-  // device.
+  // (kGenerations × size × max_floats floats, emptied) and the epoch counters; restores the
+  // current device.
   P2pAllReduce(int size, int64_t max_floats);
   ~P2pAllReduce();
   P2pAllReduce(const P2pAllReduce&) = delete;
@@ -64,8 +66,7 @@ class P2pAllReduce {
   int size_ = 0;
   int64_t max_floats_ = 0;
   struct Rank {
-    float* buffers = nullptr;    // receive slots [2][size][max_floats] (sender r writes slot r)
-    uint32_t* flags = nullptr;   // [kBlocks][kMaxRanks]: epoch last announced by rank j
+    float* buffers = nullptr;    // receive slots [kGenerations][size][max_floats] (sender r writes slot r)
     uint32_t* epochs = nullptr;  // [kBlocks]: calls made by this rank
   };
   std::vector<Rank> ranks_;

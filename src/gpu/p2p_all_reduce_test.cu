@@ -1,5 +1,6 @@
 // P2pAllReduce (p2p_all_reduce.h) on two GPUs: bitwise equal to the fp32 sum in rank order for
-// counts from 1 to the maximum (odd tails, misaligned x, both buffer parities), inside CUDA
+// counts from 1 to the maximum (odd tails, misaligned x, all three receive generations, an input
+// with the empty-slot bits), inside CUDA
 // graphs replayed with new inputs, and as TpGroup::all_reduce_sum's small-message path.
 // Skips without two GPUs with peer access (or without NCCL, whose TpGroup supplies the rank
 // threads).
@@ -28,14 +29,27 @@ std::vector<float> random_values(int64_t n, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = u(g);
   if (n > 2) v[1] = -0.0f;  // -0 + -0 = -0 must survive (the sum starts from rank 0's value)
+  if (n > 4) {  // the empty-slot pattern as an input: must arrive (as the canonical NaN), not hang
+    const uint32_t bits = P2pAllReduce::kEmptyBits;
+    std::memcpy(&v[4], &bits, sizeof(float));
+  }
   return v;
 }
 
-// Expected result: rank 0's value, then + rank 1's, … (what every rank must hold).
+// Expected result: rank 0's value, then + rank 1's, … (what every rank must hold); the
+// empty-slot pattern is summed as the canonical quiet NaN.
 std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& parts) {
+  auto clean = [](float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    if (bits == P2pAllReduce::kEmptyBits) bits = 0x7fffffffu;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+  };
   std::vector<float> s = parts[0];
+  for (float& v : s) v = clean(v);
   for (size_t r = 1; r < parts.size(); ++r)
-    for (size_t i = 0; i < s.size(); ++i) s[i] += parts[r][i];
+    for (size_t i = 0; i < s.size(); ++i) s[i] += clean(parts[r][i]);
   return s;
 }
 
@@ -53,9 +67,9 @@ TEST(P2pAllReduce, EagerCallsMatchTheRankOrderSumBitwise) {
   if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
   TpGroup threads(kRanks);
   P2pAllReduce ar(kRanks, 1 << 18);
-  // Varying counts (parities alternate, slices move between blocks), one misaligned pointer.
+  // Varying counts (generations rotate, slices move between blocks), one misaligned pointer.
   const std::vector<int64_t> counts = {1, 3, 4, 5, 23, 96, 1000, 4096, 4096 * 8 + 3, 65536, 262143, 1 << 18, 7, 4096};
-  for (size_t call = 0; call < 3 * counts.size(); ++call) {  // each count with both buffer parities
+  for (size_t call = 0; call < 3 * counts.size(); ++call) {  // each count in all three generations
     const size_t c = call % counts.size();
     const int64_t n = counts[c];
     const int64_t offset = c == 5 ? 1 : 0;  // x not 16-byte aligned
