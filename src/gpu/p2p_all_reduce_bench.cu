@@ -84,8 +84,9 @@ int main() {
   }
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  setenv("DSV4_TP_ALLREDUCE", "nccl", 1);
+  TpGroup nccl(kRanks);  // NCCL for every size (TpGroup's default takes the one-shot kernel)
   unsetenv("DSV4_TP_ALLREDUCE");
-  TpGroup nccl(kRanks);  // NCCL for every size (the default)
   P2pAllReduce p2p(kRanks, int64_t{128} * 4096);
   std::printf("device %s x%d; all-reduce of fp32 [rows, 4096], %d calls per CUDA graph, median of %d replays\n",
               prop.name, kRanks, kCalls, kReplays);
