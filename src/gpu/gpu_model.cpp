@@ -98,6 +98,27 @@ void GpuModel::tp_reduce(float* x, int64_t count) {
   }
 }
 
+void GpuModel::reduce_post(float* sub, const float* post, const float* comb, int64_t n, float* streams) {
+  const int64_t D = config_.hidden_size;
+  const int hc = config_.hc_mult;
+  // Up to 16 rows: the one-shot kernel's 24 blocks then also carry hc_post's streams (2×H200 TP2
+  // Flash, same call: B=1 7312 -> 7205 us, B=16 16411 -> 16085; at B=64, 8 MB of streams on 24
+  // blocks, 31743 -> 31844 / 32475, so larger batches keep the separate hc_post).
+  constexpr int64_t kFuseMaxRows = 16;
+  const P2pAllReduce::HcPost fused{.post = post, .comb = comb, .streams = streams, .dim = D};
+  if (tp_size_ > 1 && hc == 4 && n <= kFuseMaxRows && tp_group_->uses_one_shot(n * D) &&
+      P2pAllReduce::fits(sub, n * D, fused)) {
+    // Bytes: the link's partial out and sum in, plus hc_post's streams read and written.
+    prof::Launch pl("all_reduce (p2p one-shot + hc_post)",
+                    2.0 * static_cast<double>(n * D) * sizeof(float) + double(n) * hc * D * 8, stream_);
+    const bool launched = tp_group_->all_reduce_sum_hc_post(tp_rank_, sub, n * D, fused, stream_);
+    DSV4_CHECK(launched, "all_reduce_sum_hc_post refused a sum its checks accepted");
+    return;
+  }
+  tp_reduce(sub, n * D);
+  hc_post(sub, post, comb, n, D, hc, tp_size_ > 1, streams, stream_);
+}
+
 std::unique_ptr<GpuModel> GpuModel::build_ranks(const model::ModelConfig& config, GpuModelOptions opts,
                                                 const std::function<std::unique_ptr<GpuWeights>(int)>& weights) {
   config.validate();
@@ -295,9 +316,8 @@ void GpuModel::output_projection(const AttentionW& w, const float* attn, int64_t
   float* z = grow(s.z, n * G * ro);
   dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
   quantize_q8_rows(z, n, G * ro, qa, sa, stream_);
-  const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce
+  const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce (reduce_post)
   lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, stream_, whole);
-  tp_reduce(out, n * D);
 }
 
 void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out) {
@@ -445,13 +465,11 @@ void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, 
     return XQ8{};
   };
   const XQ8 xq = pre(w.hc_attn, w.attn_norm, true);
-  const bool summed = tp_size_ > 1;  // sub is then an unrounded all-reduce result
-  attend(x, xq, sub);
-  hc_post(sub, post, comb, n, D, hc, summed, streams, stream_);
+  attend(x, xq, sub);  // with TP: this rank's partial sum
+  reduce_post(sub, post, comb, n, streams);
   pre(w.hc_ffn, w.ffn_norm, false);
   moe(w.ffn, config_.is_hash_layer(layer), ids, x, n, sub);
-  tp_reduce(sub, n * D);
-  hc_post(sub, post, comb, n, D, hc, summed, streams, stream_);
+  reduce_post(sub, post, comb, n, streams);
 }
 
 void GpuModel::block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,

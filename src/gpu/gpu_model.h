@@ -249,9 +249,12 @@ class GpuModel {
   void release_decode_graphs();
 
   // Sums a partial [count] fp32 activation over the tensor-parallel ranks (no-op with one rank),
-  // unrounded: its one consumer, hc_post, reads it as bf16 (round_f = tp_size_ > 1). Called
-  // after wo_b and after the MoE.
+  // unrounded: its one consumer, hc_post, reads it as bf16 (round_f = tp_size_ > 1).
   void tp_reduce(float* x, int64_t count);
+  // A sub-layer's output sub [n, D] (wo_b's or the MoE's; a partial sum with TP) into the
+  // streams [n, hc, D]: tp_reduce then hc_post, or both in one launch (the one-shot all-reduce's
+  // hc_post epilogue, same bits) for up to 16 rows that the group sums on its one-shot kernel.
+  void reduce_post(float* sub, const float* post, const float* comb, int64_t n, float* streams);
 
   model::ModelConfig config_;
   std::unique_ptr<GpuWeights> weights_;

@@ -10,6 +10,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
+#include "gpu/hc_post_device.cuh"
 #include "gpu/linear_small_out.cuh"
 #include "gpu/ops.h"
 #include "gpu/pdl.cuh"
@@ -317,37 +318,8 @@ __global__ void hc_post4_kernel(const float* __restrict__ f, const float* __rest
   const int64_t nv = dim / 4, idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n * nv) return;
   const int64_t t = idx / nv, kv = idx % nv;
-  float4* X = reinterpret_cast<float4*>(streams + t * 4 * dim);
-  float4 in[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) in[i] = X[i * nv + kv];
-  const float4 fr = __ldg(reinterpret_cast<const float4*>(f + t * dim) + kv);
-  float cb[16];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float4 c = __ldg(reinterpret_cast<const float4*>(comb + t * 16) + q);
-    cb[4 * q] = c.x;
-    cb[4 * q + 1] = c.y;
-    cb[4 * q + 2] = c.z;
-    cb[4 * q + 3] = c.w;
-  }
-  const float4 pv = __ldg(reinterpret_cast<const float4*>(post + t * 4));
-  const float po[4] = {pv.x, pv.y, pv.z, pv.w};
-  auto one = [&](float fv, float a, float b, float c, float d, int j) {
-    if (round_f) fv = round_bf16(fv);
-    float mix = cb[0 * 4 + j] * a;
-    mix += cb[1 * 4 + j] * b;
-    mix += cb[2 * 4 + j] * c;
-    mix += cb[3 * 4 + j] * d;
-    return round_bf16(po[j] * fv + mix);
-  };
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    X[j * nv + kv] = make_float4(one(fr.x, in[0].x, in[1].x, in[2].x, in[3].x, j),
-                                 one(fr.y, in[0].y, in[1].y, in[2].y, in[3].y, j),
-                                 one(fr.z, in[0].z, in[1].z, in[2].z, in[3].z, j),
-                                 one(fr.w, in[0].w, in[1].w, in[2].w, in[3].w, j));
-  }
+  hc_post4_apply(__ldg(reinterpret_cast<const float4*>(f + t * dim) + kv), post + t * 4, comb + t * 16,
+                 reinterpret_cast<float4*>(streams + t * 4 * dim), nv, kv, round_f);
 }
 
 }  // namespace

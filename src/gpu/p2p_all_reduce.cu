@@ -3,6 +3,8 @@
 
 #include "base/check.h"
 #include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/hc_post_device.cuh"
 #include "gpu/pdl.cuh"
 
 namespace dsv4::gpu {
@@ -17,6 +19,7 @@ struct OneShotArgs {
   uint32_t* epochs = nullptr;                    // this rank's [kBlocks]
   int64_t max_floats = 0;
   const volatile int* abort = nullptr;
+  P2pAllReduce::HcPost hc;  // hc.streams == nullptr: no epilogue
 };
 
 // The value of an empty receive slot: a signalling NaN, which arithmetic never produces (it
@@ -119,6 +122,11 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
       }
     }
     reinterpret_cast<float4*>(a.x)[i] = s;
+    if (a.hc.streams != nullptr) {  // float4 i = positions 4i .. 4i + 3 of token 4i / dim
+      const int64_t nv = a.hc.dim / 4, t = i / nv;
+      hc_post4_apply(s, a.hc.post + t * 4, a.hc.comb + t * 16, reinterpret_cast<float4*>(a.hc.streams + t * 4 * a.hc.dim),
+                     nv, i % nv, true);
+    }
   }
   for (int64_t i = tail + threadIdx.x; i < hi; i += blockDim.x) {
     float s = 0.f;
@@ -199,10 +207,18 @@ P2pAllReduce::~P2pAllReduce() {
   if (abort_host_ != nullptr) cudaFreeHost(const_cast<int*>(abort_host_));
 }
 
-void P2pAllReduce::run(int rank, float* x, int64_t count, cudaStream_t stream) {
+bool P2pAllReduce::fits(const float* x, int64_t count, const HcPost& hc) {
+  return hc.dim > 0 && hc.dim % 4 == 0 && count % hc.dim == 0 && aligned16(x) && aligned16(hc.post) &&
+         aligned16(hc.comb) && aligned16(hc.streams);
+}
+
+void P2pAllReduce::run(int rank, float* x, int64_t count, cudaStream_t stream, const HcPost* hc) {
   DSV4_CHECK(rank >= 0 && rank < size_, "P2pAllReduce: rank ", rank, " of ", size_);
   DSV4_CHECK(count >= 0 && count <= max_floats_, "P2pAllReduce: ", count, " floats, at most ", max_floats_);
+  DSV4_CHECK(hc == nullptr || fits(x, count, *hc), "P2pAllReduce: the hc_post epilogue needs dim % 4 == 0 (dim ",
+             hc == nullptr ? 0 : hc->dim, "), count a multiple of dim (count ", count, ") and 16-byte aligned pointers");
   OneShotArgs a;
+  if (hc != nullptr) a.hc = *hc;
   a.x = x;
   a.count = count;
   a.rank = rank;

@@ -56,9 +56,23 @@ class P2pAllReduce {
 
   int size() const { return size_; }
   int64_t max_floats() const { return max_floats_; }
+  // Optional epilogue of run(): the mHC post-mix (hc = 4) of the summed sub-layer output, as
+  // hc_post(sum, post, comb, count / dim, dim, 4, round_f = true, streams) would run after the
+  // sum (same bits, one launch fewer). streams [count / dim, 4, dim], post [.., 4], comb [.., 4, 4].
+  struct HcPost {
+    const float* post = nullptr;
+    const float* comb = nullptr;
+    float* streams = nullptr;
+    int64_t dim = 0;
+  };
+  // Whether run() can fuse `hc` for this x / count (float4 paths: dim % 4 == 0, count a multiple
+  // of dim, every pointer 16-byte aligned).
+  static bool fits(const float* x, int64_t count, const HcPost& hc);
+
   // In-place sum of x [count] (count <= max_floats(), x on rank's device) over the ranks,
-  // enqueued on `stream` (the current device must be rank's).
-  void run(int rank, float* x, int64_t count, cudaStream_t stream);
+  // enqueued on `stream` (the current device must be rank's); with `hc` (fits() must hold), also
+  // its post-mix into hc->streams.
+  void run(int rank, float* x, int64_t count, cudaStream_t stream, const HcPost* hc = nullptr);
   // Releases kernels waiting at the barrier (host side; any thread).
   void abort();
 

@@ -6,6 +6,7 @@
 // threads).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "gpu/cuda_check.h"
+#include "gpu/ops.h"
 #include "gpu/p2p_all_reduce.h"
 #include "gpu/tp_group.h"
 
@@ -161,6 +163,45 @@ TEST(P2pAllReduce, TpGroupUsesItForSmallMessagesAndNcclAbove) {
     });
     const auto want = rank_order_sum(parts);
     for (int r = 0; r < kRanks; ++r) ASSERT_EQ(first_difference(got[r], want), "") << "count " << n << " rank " << r;
+  }
+}
+
+// The fused hc_post epilogue (TpGroup::all_reduce_sum_hc_post) gives the streams and the sum of
+// all_reduce_sum followed by hc_post(round_f = true), bit for bit; shapes it cannot fuse
+// (unaligned streams, count not a multiple of dim) are refused, launching nothing.
+TEST(P2pAllReduce, FusedHcPostEqualsTheSeparateCalls) {
+  if (!two_peer_gpus()) GTEST_SKIP() << "needs 2 GPUs with peer access and NCCL";
+  TpGroup group(kRanks);
+  for (const int64_t dim : {int64_t{4096}, int64_t{1040}}) {
+    for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{16}}) {
+      const int64_t count = n * dim;
+      std::vector<std::vector<float>> parts(kRanks);
+      for (int r = 0; r < kRanks; ++r) parts[r] = random_values(count, 7000 + 10 * n + r);
+      const std::vector<float> streams0 = random_values(n * 4 * dim, 7100 + n);
+      std::vector<float> post = random_values(n * 4, 7200 + n), comb = random_values(n * 16, 7300 + n);
+      for (float& v : post) v = std::isnan(v) ? 0.5f : v;  // the empty pattern stays out of post / comb
+      for (float& v : comb) v = std::isnan(v) ? 0.25f : v;
+      std::vector<std::vector<float>> sum_a(kRanks), sum_b(kRanks), st_a(kRanks), st_b(kRanks);
+      group.run([&](int r) {
+        auto xa = to_device(parts[r]), xb = to_device(parts[r]);
+        auto sa = to_device(streams0), sb = to_device(streams0);
+        auto dp = to_device(post), dc = to_device(comb);
+        group.all_reduce_sum(r, xa.get(), count, nullptr);
+        hc_post(xa.get(), dp.get(), dc.get(), n, dim, 4, true, sa.get(), nullptr);
+        const P2pAllReduce::HcPost hp{.post = dp.get(), .comb = dc.get(), .streams = sb.get(), .dim = dim};
+        ASSERT_TRUE(group.all_reduce_sum_hc_post(r, xb.get(), count, hp, nullptr));
+        // Refused shapes: nothing runs, so nothing hangs waiting for the peer.
+        const P2pAllReduce::HcPost odd{.post = dp.get(), .comb = dc.get(), .streams = sb.get() + 1, .dim = dim};
+        EXPECT_FALSE(group.all_reduce_sum_hc_post(r, xb.get(), count, odd, nullptr));
+        EXPECT_FALSE(group.all_reduce_sum_hc_post(r, xb.get(), count - 4, hp, nullptr));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        sum_a[r] = xa.download(), sum_b[r] = xb.download(), st_a[r] = sa.download(), st_b[r] = sb.download();
+      });
+      for (int r = 0; r < kRanks; ++r) {
+        ASSERT_EQ(first_difference(sum_b[r], sum_a[r]), "") << "sum, n " << n << " dim " << dim << " rank " << r;
+        ASSERT_EQ(first_difference(st_b[r], st_a[r]), "") << "streams, n " << n << " dim " << dim << " rank " << r;
+      }
+    }
   }
 }
 

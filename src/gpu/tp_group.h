@@ -12,6 +12,10 @@
 // (the one-shot peer-to-peer kernel of p2p_all_reduce.h up to kOneShotMaxFloats when every pair
 // of GPUs has peer access, NCCL above and with DSV4_TP_ALLREDUCE=nccl; DSV4_TP_ALLREDUCE=p2p
 // takes the one-shot kernel up to kP2pMaxFloats); the result is identical on every rank.
+// all_reduce_sum_hc_post(rank, x, count, hc, stream): the same sum with the mHC post-mix fused
+// into the one-shot kernel (P2pAllReduce::HcPost); returns false, launching nothing, when the
+// sum would not take the one-shot kernel or the shapes do not fit (the caller then runs
+// all_reduce_sum and hc_post).
 // transfer_bytes(rank, from, to, data, bytes, stream): point-to-point copy of `bytes` bytes from
 // rank `from`'s buffer into rank `to`'s buffer (NCCL send/recv), e.g. one GpuStatePool slot
 // received into another GPU's pool (prefill/decode disaggregation). Ranks `from` and `to` must
@@ -25,6 +29,8 @@
 #include <functional>
 #include <memory>
 #include <vector>
+
+#include "gpu/p2p_all_reduce.h"
 
 namespace dsv4::gpu {
 
@@ -46,6 +52,7 @@ class TpGroup {
   // the data-as-flag kernel vs NCCL 2.28: 9.11 vs 12.95 µs at 64 rows, 15.46 vs 27.33 at 128).
   static constexpr int64_t kOneShotMaxFloats = kP2pMaxFloats;
   void all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream);
+  bool all_reduce_sum_hc_post(int rank, float* x, int64_t count, const P2pAllReduce::HcPost& hc, cudaStream_t stream);
   // True when all_reduce_sum(count) runs the one-shot kernel (profiler names).
   bool uses_one_shot(int64_t count) const;
   void transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream);
