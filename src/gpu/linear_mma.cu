@@ -286,7 +286,8 @@ struct Tile {
 };
 constexpr Tile kTiles[] = {{1, 1, 2, 2, false}, {1, 2, 2, 2, false}, {1, 2, 1, 2, false}, {1, 4, 1, 2, false},
                            {2, 4, 1, 1, false}, {2, 2, 1, 2, false}, {1, 4, 2, 1, false}, {4, 2, 1, 1, false},
-                           {2, 8, 1, 1, true},  {2, 4, 1, 1, true},  {4, 2, 1, 1, true},  {2, 1, 2, 1, false}};
+                           {2, 8, 1, 1, true},  {2, 4, 1, 1, true},  {4, 2, 1, 1, true},  {2, 1, 2, 1, false},
+                           {1, 1, 1, 4, false}, {1, 1, 1, 3, false}};
 constexpr int kNumTiles = sizeof(kTiles) / sizeof(kTiles[0]);
 int g_forced_tile = -1;
 
@@ -305,7 +306,9 @@ bool launch_tile(int i, const Args& a, cudaStream_t s) {
     case 8: return launch<WT, 2, 8, 1, 1, X>(a, s);
     case 9: return launch<WT, 2, 4, 1, 1, X>(a, s);
     case 10: return launch<WT, 4, 2, 1, 1, X>(a, s);
-    default: return launch<WT, 2, 1, 2, 1>(a, s);
+    case 11: return launch<WT, 2, 1, 2, 1>(a, s);
+    case 12: return launch<WT, 1, 1, 1, 4>(a, s);
+    default: return launch<WT, 1, 1, 1, 3>(a, s);
   }
 }
 
@@ -325,8 +328,12 @@ int choose_tile(const Args& a) {
     if (WT == Wt::kBf16 && a.rows <= 512 && tile_fits(kTiles[7], a)) return 7;
     return tile_fits(kTiles[4], a) ? 4 : 3;
   }
-  if (WT == Wt::kFp8 && a.rows <= 8) return 0;
-  static constexpr int kLin8[] = {5, 2, 0}, kDense[] = {7, 9, 5, 2, 0};
+  // lin8 up to 8 rows: 16 × 8 tiles, two K blocks in flight per warp; with in ≤ 1024 a warp has
+  // one K block, so four CTAs per SM (64 registers) keep more bytes in flight instead (H200,
+  // gpu_linear_bench: wq_b 16384 × 1024 M = 1 11.5 → 8.9 µs). Dense (1,1) tiles run three CTAs
+  // per SM (compressor 1024 × 4096 M = 1 8.8 → 7.6 µs, gate 256 × 4096 7.5 → 6.8).
+  if (WT == Wt::kFp8 && a.rows <= 8) return a.in <= 1024 ? 12 : 0;
+  static constexpr int kLin8[] = {5, 2, 0}, kDense[] = {7, 9, 5, 2, 13};
   const int* order = WT == Wt::kBf16 ? kDense : kLin8;
   const int n = WT == Wt::kBf16 ? 5 : 3;
   const int64_t enough = WT == Wt::kBf16 ? 80 : 192;
