@@ -29,12 +29,14 @@ template <int VPT>
 __global__ void __launch_bounds__(256) rms_norm_q8_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                           int64_t dim, float eps, float* __restrict__ y,
                                                           uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  float4 wv[VPT];
+  rms_norm_weights<VPT>(w, dim, wv);  // before the wait: weights
   pdl_wait();
   pdl_trigger();
   __shared__ double red[32];
   const int64_t row = blockIdx.x;
   float4 v[VPT];
-  rms_norm_row_regs<VPT>(x + row * dim, w, dim, eps, v, red);
+  rms_norm_row_regs<VPT>(x + row * dim, wv, dim, eps, v, red);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
@@ -74,13 +76,15 @@ __global__ void __launch_bounds__(256) norm_rope_simulate_q8_kernel(const float*
                                                                     RowPositions pos, int block, float* __restrict__ y,
                                                                     const DecodeLayerCache* __restrict__ caches,
                                                                     int win) {
+  float4 wv[1];
+  rms_norm_weights<1>(w, dim, wv);  // before the wait: weights
   pdl_wait();
   pdl_trigger();
   __shared__ double red[32];
   extern __shared__ __align__(16) float srow[];
   const int64_t row = blockIdx.x;
   float4 v[1];
-  rms_norm_row_regs<1>(x + row * dim, w, dim, eps, v, red);
+  rms_norm_row_regs<1>(x + row * dim, wv, dim, eps, v, red);
   const int j = threadIdx.x;
   if (j < dim / 4) reinterpret_cast<float4*>(srow)[j] = v[0];
   __syncthreads();

@@ -329,11 +329,13 @@ void launch_skinny(SkinnyArgs a, cudaStream_t s) {
 template <int VPT>
 __global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                            int64_t dim, float eps, float* __restrict__ y) {
+  float4 wv[VPT];
+  rms_norm_weights<VPT>(w, dim, wv);  // before the wait: weights
   pdl_wait();
   pdl_trigger();
   __shared__ double red[32];
   float4 v[VPT];
-  rms_norm_row_regs<VPT>(x + int64_t(blockIdx.x) * dim, w, dim, eps, v, red);
+  rms_norm_row_regs<VPT>(x + int64_t(blockIdx.x) * dim, wv, dim, eps, v, red);
   float4* yr = reinterpret_cast<float4*>(y + int64_t(blockIdx.x) * dim);
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {

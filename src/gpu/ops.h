@@ -75,7 +75,9 @@ void small_out_linear(const float* x, int64_t rows, int64_t x_stride, const void
 // ws, for a consumer that reduces them itself (hc_pre_norm). Returns chunks.
 int64_t small_out_linear_partials(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
                                   int64_t out, int64_t in, double* ws, int64_t ws_doubles, cudaStream_t s);
-// RMSNorm: y = bf16(w·(x·rsqrt(mean(x²)+eps))) per row of dim values.
+// RMSNorm: y = bf16(w·(x·rsqrt(mean(x²)+eps))) per row of dim values. w is a parameter: under
+// programmatic dependent launch it is read before the wait on the previous kernel, so it must not
+// be written by the kernels just before (the same holds for the fused chains below).
 void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                    cudaStream_t s);
 

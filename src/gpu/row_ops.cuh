@@ -25,13 +25,25 @@ inline unsigned rms_norm_vec_threads(int64_t dim) {
 // block) or, when false, the one-thread-per-row kernel.
 inline bool head_rms_warp_kernel_fits(int len) { return len % 4 == 0 && len <= 2048; }
 
+// The RMSNorm weights thread t needs (float4s t, t + blockDim.x, ... of w; zeros past dim / 4).
+// Weights are never written by earlier work on the stream, so kernels load them before pdl_wait.
+template <int VPT>
+__device__ __forceinline__ void rms_norm_weights(const float* __restrict__ w, int64_t dim, float4 (&wv)[VPT]) {
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;
+    wv[i] = j < dim / 4 ? __ldg(reinterpret_cast<const float4*>(w) + j) : make_float4(0, 0, 0, 0);
+  }
+}
+
 // RMSNorm of one row of dim fp32 values (dim % 4 == 0, dim ≤ VPT·4·blockDim.x, blockDim.x a
 // multiple of 32): thread t holds float4s t, t + blockDim.x, ... of the row in v (zeros past the
 // end); the double sum of squares is add_squares per thread then block_sum (a fixed order); on
-// return v holds bf16(w·(x·rs)) for the row's float4s (past the end: unchanged zeros).
+// return v holds bf16(w·(x·rs)) for the row's float4s (past the end: unchanged zeros). wv: the
+// thread's weights (rms_norm_weights).
 // Every thread of the block must call it (block barrier inside). red: 32 doubles of shared memory.
 template <int VPT>
-__device__ __forceinline__ void rms_norm_row_regs(const float* __restrict__ x_row, const float* __restrict__ w,
+__device__ __forceinline__ void rms_norm_row_regs(const float* __restrict__ x_row, const float4 (&wv)[VPT],
                                                   int64_t dim, float eps, float4 (&v)[VPT], double* red) {
   const int64_t nvec = dim / 4;
   const float4* xr = reinterpret_cast<const float4*>(x_row);
@@ -49,11 +61,9 @@ __device__ __forceinline__ void rms_norm_row_regs(const float* __restrict__ x_ro
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * blockDim.x;
-    if (j < nvec) {
-      const float4 wv = __ldg(reinterpret_cast<const float4*>(w) + j);
-      v[i] = make_float4(round_bf16(wv.x * (v[i].x * rs)), round_bf16(wv.y * (v[i].y * rs)),
-                         round_bf16(wv.z * (v[i].z * rs)), round_bf16(wv.w * (v[i].w * rs)));
-    }
+    if (j < nvec)
+      v[i] = make_float4(round_bf16(wv[i].x * (v[i].x * rs)), round_bf16(wv[i].y * (v[i].y * rs)),
+                         round_bf16(wv[i].z * (v[i].z * rs)), round_bf16(wv[i].w * (v[i].w * rs)));
   }
 }
 
