@@ -106,8 +106,7 @@ void GpuModel::reduce_post(float* sub, const float* post, const float* comb, int
   // blocks, 31743 -> 31844 / 32475, so larger batches keep the separate hc_post).
   constexpr int64_t kFuseMaxRows = 16;
   const P2pAllReduce::HcPost fused{.post = post, .comb = comb, .streams = streams, .dim = D};
-  if (tp_size_ > 1 && hc == 4 && n <= kFuseMaxRows && tp_group_->uses_one_shot(n * D) &&
-      P2pAllReduce::fits(sub, n * D, fused)) {
+  if (tp_size_ > 1 && hc == 4 && n <= kFuseMaxRows && tp_group_->fuses_hc_post(sub, n * D, fused)) {
     // Bytes: the link's partial out and sum in, plus hc_post's streams read and written.
     prof::Launch pl("all_reduce (p2p one-shot + hc_post)",
                     2.0 * static_cast<double>(n * D) * sizeof(float) + double(n) * hc * D * 8, stream_);

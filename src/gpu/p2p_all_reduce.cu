@@ -31,6 +31,11 @@ __device__ __forceinline__ float clean(float v) {
 __device__ __forceinline__ float4 clean(float4 v) { return make_float4(clean(v.x), clean(v.y), clean(v.z), clean(v.w)); }
 __device__ __forceinline__ bool empty(float v) { return __float_as_uint(v) == kEmpty; }
 __device__ __forceinline__ bool empty(float4 v) { return empty(v.x) || empty(v.y) || empty(v.z) || empty(v.w); }
+__device__ __forceinline__ void set_empty(float* p) { *p = __uint_as_float(kEmpty); }
+__device__ __forceinline__ void set_empty(float4* p) {
+  const float e = __uint_as_float(kEmpty);
+  *p = make_float4(e, e, e, e);
+}
 
 // Stores into a peer's memory (NVLink) and polls of our own receive slots: volatile (relaxed,
 // system scope) accesses, never kept in a register or served from a stale L1 line.
@@ -63,13 +68,7 @@ __device__ __forceinline__ T receive(T* p, const volatile int* abort) {
     if ((spins & 1023u) == 1023u && *abort != 0) break;
     v = load_peer(p);
   }
-  T e;
-  if constexpr (sizeof(T) == sizeof(float4)) {
-    e = make_float4(__uint_as_float(kEmpty), __uint_as_float(kEmpty), __uint_as_float(kEmpty), __uint_as_float(kEmpty));
-  } else {
-    e = __uint_as_float(kEmpty);
-  }
-  *p = e;
+  set_empty(p);
   return v;
 }
 
@@ -140,7 +139,7 @@ __global__ void __launch_bounds__(P2pAllReduce::kThreads) one_shot_all_reduce(On
 
 __global__ void fill_empty(float* p, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = __uint_as_float(kEmpty);
+    set_empty(p + i);
 }
 
 // Switches to `device` for the lifetime of the object.

@@ -73,7 +73,7 @@ class P2pAllReduce {
   // enqueued on `stream` (the current device must be rank's); with `hc` (fits() must hold), also
   // its post-mix into hc->streams.
   void run(int rank, float* x, int64_t count, cudaStream_t stream, const HcPost* hc = nullptr);
-  // Releases kernels waiting at the barrier (host side; any thread).
+  // Releases kernels polling for a peer's data (host side; any thread).
   void abort();
 
  private:

@@ -3,10 +3,12 @@
 // fp32 [rows, 4096] for rows = 1, 8, 16, 64, 128.
 // Each rank captures 50 back-to-back calls in one CUDA graph (launch overhead excluded, as in a
 // decode step's graph); µs per call = median over 15 replays / 50, measured on rank 0.
-// Bytes per call and rank = the peer's partial read over the link (count·4); "bus GB/s" is that
-// divided by the time, and % of GPU 0's HBM read bandwidth probed in the same run (the link, not
-// HBM, bounds this op). A second table times each all-reduce in context: after a 64 MiB
-// weight-like stream read on every rank (cold L2 / TLB for its buffers), read alone subtracted.
+// Bytes per call and rank = the partial sent over the link (count·4); "bus GB/s" is that divided
+// by the time, and % of GPU 0's HBM read bandwidth probed in the same run (the link, not HBM,
+// bounds this op). A second table times the one-shot kernel with its hc_post epilogue (decode up
+// to 16 rows; bytes add the streams read and written, 4 · 4096 · 8 per row). A third times each
+// all-reduce in context: after a 64 MiB weight-like stream read on every rank (cold L2 / TLB for
+// its buffers), read alone subtracted.
 // Usage: p2p_all_reduce_bench
 #include <cuda_runtime.h>
 
@@ -110,6 +112,35 @@ int main() {
                 bytes / t_p2p / 1e3, 100.0 * bytes / (t_p2p * 1e-6) / hbm, t_nccl, bytes / t_nccl / 1e3,
                 100.0 * bytes / (t_nccl * 1e-6) / hbm, t_nccl / t_p2p);
   }
+  // The one-shot kernel with the hc_post epilogue (GpuModel::reduce_post up to 16 rows).
+  std::printf("\none-shot + hc_post epilogue (hc = 4, dim 4096):\n%-6s %10s | %12s %10s %7s | %s\n", "rows", "bytes",
+              "fused us", "GB/s", "% HBM", "one-shot alone us");
+  std::vector<DeviceBuffer<float>> post(kRanks), comb(kRanks), streams(kRanks);
+  nccl.run([&](int r) {
+    post[r] = DeviceBuffer<float>(16 * 4);
+    comb[r] = DeviceBuffer<float>(16 * 16);
+    streams[r] = DeviceBuffer<float>(16 * 4 * 4096);
+    CUDA_CHECK(cudaMemset(post[r].get(), 0, 16 * 4 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(comb[r].get(), 0, 16 * 16 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(streams[r].get(), 0, 16 * 4 * 4096 * sizeof(float)));
+  });
+  for (int rows : {1, 8, 16}) {
+    const int64_t count = int64_t{rows} * 4096;
+    const double bytes = static_cast<double>(count) * sizeof(float) + rows * 4.0 * 4096 * 8;
+    const double t_one = time_per_call(nccl, count, [&](int r, float* x, int64_t n, cudaStream_t s) { p2p.run(r, x, n, s); });
+    const double t_fused = time_per_call(nccl, count, [&](int r, float* x, int64_t n, cudaStream_t s) {
+      const P2pAllReduce::HcPost hp{.post = post[r].get(), .comb = comb[r].get(), .streams = streams[r].get(), .dim = 4096};
+      p2p.run(r, x, n, s, &hp);
+    });
+    std::printf("%-6d %10.0f | %12.2f %10.1f %6.1f%% | %.2f\n", rows, bytes, t_fused, bytes / t_fused / 1e3,
+                100.0 * bytes / (t_fused * 1e-6) / hbm, t_one);
+  }
+  nccl.run([&](int r) {  // freed on their own devices
+    post[r] = DeviceBuffer<float>();
+    comb[r] = DeviceBuffer<float>();
+    streams[r] = DeviceBuffer<float>();
+  });
+
   // In context: each all-reduce after a 64 MiB weight-like read on every rank (both ranks start
   // the read together, so the difference is the all-reduce's own cost when its buffers are cold).
   std::printf("\nin context (after a %lld MiB stream read per call; read alone subtracted):\n",
@@ -119,11 +150,10 @@ int main() {
     const int64_t count = int64_t{rows} * 4096;
     auto p2p_call = [&](int r, float* x, int64_t n, cudaStream_t s) { p2p.run(r, x, n, s); };
     auto nccl_call = [&](int r, float* x, int64_t n, cudaStream_t s) { nccl.all_reduce_sum(r, x, n, s); };
-    const double read_p = time_per_call(nccl, count, p2p_call, true, false);
+    const double read = time_per_call(nccl, count, p2p_call, true, false);  // the read alone: no call runs
     const double both_p = time_per_call(nccl, count, p2p_call, true, true);
-    const double read_n = time_per_call(nccl, count, nccl_call, true, false);
     const double both_n = time_per_call(nccl, count, nccl_call, true, true);
-    std::printf("%-6d | %12.2f %12.2f | %12.2f %12.2f\n", rows, read_p, both_p - read_p, read_n, both_n - read_n);
+    std::printf("%-6d | %12.2f %12.2f | %12.2f %12.2f\n", rows, read, both_p - read, read, both_n - read);
   }
   return 0;
 }

@@ -201,10 +201,14 @@ void TpGroup::all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t str
 
 bool TpGroup::all_reduce_sum_hc_post(int rank, float* x, int64_t count, const P2pAllReduce::HcPost& hc,
                                      cudaStream_t stream) {
-  if (size_ == 1 || !uses_one_shot(count) || !P2pAllReduce::fits(x, count, hc)) return false;
+  if (!fuses_hc_post(x, count, hc)) return false;
   DSV4_CHECK(!impl_->aborted, "tensor-parallel communicators aborted after an error on another rank");
   impl_->p2p->run(rank, x, count, stream, &hc);
   return true;
+}
+
+bool TpGroup::fuses_hc_post(const float* x, int64_t count, const P2pAllReduce::HcPost& hc) const {
+  return uses_one_shot(count) && P2pAllReduce::fits(x, count, hc);
 }
 
 bool TpGroup::uses_one_shot(int64_t count) const { return impl_->p2p != nullptr && count <= impl_->one_shot_max; }

@@ -53,6 +53,9 @@ class TpGroup {
   static constexpr int64_t kOneShotMaxFloats = kP2pMaxFloats;
   void all_reduce_sum(int rank, float* x, int64_t count, cudaStream_t stream);
   bool all_reduce_sum_hc_post(int rank, float* x, int64_t count, const P2pAllReduce::HcPost& hc, cudaStream_t stream);
+  // True when all_reduce_sum_hc_post(x, count, hc) runs (the one-shot kernel takes the sum and
+  // the shapes fit its epilogue).
+  bool fuses_hc_post(const float* x, int64_t count, const P2pAllReduce::HcPost& hc) const;
   // True when all_reduce_sum(count) runs the one-shot kernel (profiler names).
   bool uses_one_shot(int64_t count) const;
   void transfer_bytes(int rank, int from, int to, void* data, int64_t bytes, cudaStream_t stream);
