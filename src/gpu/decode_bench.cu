@@ -139,14 +139,17 @@ int main(int argc, char** argv) {
                       double(w.w.bytes() + w.s.bytes() + w.in + 4 * w.out)});
     };
     auto dn = [&](const char* name, const DenseW& w, int64_t per_group, int64_t x_stride) {
-      rows.push_back({name, median_us([&] { dense_linear(x.get(), 1, x_stride, w.w.get(), w.bf16, w.out, w.in, per_group, true, 0.0f, y.get(), nullptr); }, 20),
-                      double(w.w.bytes() + 4 * x_stride + 4 * w.out)});
+      rows.push_back({name, median_us([&] {
+                        if (w.fp8()) dense_linear_fp8(x.get(), 1, x_stride, w.w.get(), w.s.get(), w.out, w.in, per_group, true, y.get(), nullptr);
+                        else dense_linear(x.get(), 1, x_stride, w.w.get(), w.bf16, w.out, w.in, per_group, true, 0.0f, y.get(), nullptr);
+                      }, 20),
+                      double(w.bytes() + 4 * x_stride + 4 * w.out)});
     };
     rows.push_back({"quantize_q8 [1, D]", median_us([&] { quantize_q8_rows(x.get(), 1, D, q.get(), qs.get(), nullptr); }, 20), double(5 * D)});
     l8("lin8 wq_a", L.attn.wq_a);
     l8("lin8 wq_b", L.attn.wq_b);
     l8("lin8 wkv", L.attn.wkv);
-    dn("dense bf16 wo_a (grouped)", L.attn.wo_a, ro, H * d);
+    dn(L.attn.wo_a.fp8() ? "dense fp8-as-bf16 wo_a (grouped)" : "dense bf16 wo_a (grouped)", L.attn.wo_a, ro, H * d);
     l8("lin8 wo_b", L.attn.wo_b);
     if (L.attn.indexer) l8("lin8 indexer wq_b", L.attn.indexer->wq_b);
     if (L.attn.compressor) dn("dense compressor wkv", L.attn.compressor->wkv, 0, D);

@@ -313,7 +313,12 @@ void GpuModel::output_projection(const AttentionW& w, const float* attn, int64_t
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim;
   const int64_t G = local_groups(), ro = c.o_lora_rank, group_in = H / G * d;
   float* z = grow(s.z, n * G * ro);
-  dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
+  if (w.wo_a.fp8()) {
+    uint16_t* wide = n > kDenseFp8MaxRows ? grow(s.wo_a_wide, G * ro * group_in) : nullptr;  // prefill
+    dense_linear_fp8(attn, n, H * d, w.wo_a.w.get(), w.wo_a.s.get(), G * ro, group_in, ro, true, z, stream_, wide);
+  } else {
+    dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
+  }
   quantize_q8_rows(z, n, G * ro, qa, sa, stream_);
   const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce (reduce_post)
   lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, stream_, whole);

@@ -201,7 +201,8 @@ class GpuModel {
   // xq: x's Q8 when the caller has it (skips the quantize launch), else computed here.
   QkvRows project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos, const float* rope,
                       const DecodeLayerCache* ring);
-  // Attention step 5 after the inverse RoPE: grouped wo_a (bf16) on attn [n, H_local·d], Q8
+  // Attention step 5 after the inverse RoPE: grouped wo_a (bf16 arithmetic; e4m3-stored weights
+  // widened in registers) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
   void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out);
   void block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,

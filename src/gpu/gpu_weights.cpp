@@ -40,7 +40,10 @@ class WeightSource {
   // dtype: what the checkpoint stores (spec §3: the mHC `*_fn` are F32, the rest BF16). A
   // checkpoint source takes the file's dtype (either is accepted); the dummy source uses dtype.
   virtual void dense(const std::string& name, int64_t out, int64_t in, DType dtype, DenseW& w) = 0;
-  virtual void wo_a(const std::string& prefix, int64_t out, int64_t in, Split split, DenseW& w) = 0;
+  // wo_a [out, in] FP8 with 128×128 scales, in output groups of group_rows: kept as e4m3 + scales
+  // where wo_a_stays_fp8 says so, else widened to bf16(fp8·scale) per tile.
+  virtual void wo_a(const std::string& prefix, int64_t out, int64_t in, int64_t group_rows, Split split,
+                    DenseW& w) = 0;
   virtual void vec(const std::string& name, int64_t n, VecKind kind, Split split, DeviceBuffer<float>& v) = 0;
   virtual void tid2eid(const std::string& name, int64_t n, int experts, DeviceBuffer<int32_t>& v) = 0;
   virtual void embed(const std::string& name, int64_t n, DeviceBuffer<uint16_t>& v) = 0;
@@ -51,6 +54,18 @@ class WeightSource {
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// wo_a stays e4m3 + scales (dense_linear_fp8: the same bits as the widened copy, half the bytes)
+// when that kernel takes the rank's shape, unless DSV4_WO_A=bf16 asks for the widened copy (A/B
+// runs). The rank's rows must also start on a scale block or lie inside one (scale_range's rule);
+// the checkpoint source checks that when it splits.
+bool wo_a_stays_fp8(int64_t rows, int64_t in, int64_t group_rows) {
+  static const bool widen = [] {
+    const char* v = std::getenv("DSV4_WO_A");
+    return v != nullptr && std::string(v) == "bf16";
+  }();
+  return !widen && dense_linear_fp8_accepts(rows, in, group_rows, in);
+}
 int64_t fp8_scale_count(int64_t out, int64_t in) { return ceil_div(out, 128) * ceil_div(in, 128); }
 
 // Copies rows [r0, r0+nr) × byte columns [c0, c0+nc) of a row-major [*, row_bytes] array.
@@ -111,10 +126,24 @@ class CheckpointSource : public WeightSource {
     w.in = in;
     raw(t, w.w);
   }
-  void wo_a(const std::string& p, int64_t out, int64_t in, Split sp, DenseW& w) override {
+  void wo_a(const std::string& p, int64_t out, int64_t in, int64_t group_rows, Split sp, DenseW& w) override {
     DSV4_CHECK(sp.dim != Split::kCols, p, ": wo_a splits by rows (output groups)");
     const TensorView& t = c_.at(p + ".weight");
     const TensorView& s = c_.at(p + ".scale");
+    DSV4_CHECK(t.dtype == DType::kF8_E4M3 && t.shape == std::vector<int64_t>({out, in}), t.name,
+               " must be F8_E4M3 [", out, ", ", in, "]");
+    DSV4_CHECK(s.nbytes == static_cast<size_t>(fp8_scale_count(out, in)), s.name, " has ", s.nbytes,
+               " bytes, expected ", fp8_scale_count(out, in));
+    w.bf16 = true;
+    w.out = sp.rows(out);
+    w.in = in;
+    if (wo_a_stays_fp8(w.out, in, group_rows)) {
+      std::vector<uint8_t> wv, sv;
+      split_fp8(t, s, out, in, sp, wv, sv);
+      put(wv.data(), wv.size(), w.w);
+      put(sv.data(), sv.size(), w.s);
+      return;
+    }
     const auto* q = reinterpret_cast<const uint8_t*>(t.data);
     const auto* sc = reinterpret_cast<const uint8_t*>(s.data);
     const int64_t cols = ceil_div(in, 128), o0 = sp.first(out), nout = sp.rows(out);
@@ -125,9 +154,6 @@ class CheckpointSource : public WeightSource {
         bits[lo * in + i] = numerics::float_to_bf16_bits(numerics::e4m3_to_float(q[o * in + i]) *
                                                           numerics::e8m0_to_float(sc[(o / 128) * cols + i / 128]));
     }
-    w.bf16 = true;
-    w.out = nout;
-    w.in = in;
     put(bits.data(), bits.size() * 2, w.w);
   }
   void vec(const std::string& name, int64_t n, VecKind, Split sp, DeviceBuffer<float>& v) override {
@@ -225,8 +251,17 @@ class DummySource : public WeightSource {
   void dense(const std::string&, int64_t out, int64_t in, DType dtype, DenseW& w) override {
     fill_dense(out, in, dtype, next(Split{}), w);
   }
-  void wo_a(const std::string&, int64_t out, int64_t in, Split sp, DenseW& w) override {
-    fill_dense(sp.rows(out), in, DType::kBF16, next(sp), w);
+  void wo_a(const std::string&, int64_t full_out, int64_t in, int64_t group_rows, Split sp, DenseW& w) override {
+    const int64_t out = sp.rows(full_out);
+    const uint64_t seed = next(sp);
+    if (!wo_a_stays_fp8(out, in, group_rows)) return fill_dense(out, in, DType::kBF16, seed, w);
+    w.bf16 = true;
+    w.out = out;
+    w.in = in;
+    w.w.resize(static_cast<size_t>(out * in));
+    w.s.resize(static_cast<size_t>(fp8_scale_count(out, in)));
+    fill_random_e4m3(w.w.get(), out * in, seed, nullptr);
+    fill_e8m0(w.s.get(), static_cast<int64_t>(w.s.size()), 127 - 7, nullptr);
   }
   void vec(const std::string&, int64_t full_n, VecKind kind, Split sp, DeviceBuffer<float>& v) override {
     const int64_t n = sp.count(full_n);
@@ -319,7 +354,7 @@ void build_block(WeightSource& src, const model::ModelConfig& cfg, const std::st
   src.lin8(p + ".attn.wq_b", H * d, cfg.q_lora_rank, rows, a.wq_b);
   src.lin8(p + ".attn.wkv", d, D, Split{}, a.wkv);
   src.vec(p + ".attn.kv_norm.weight", d, VecKind::kNorm, Split{}, a.kv_norm);
-  src.wo_a(p + ".attn.wo_a", G * ro, H * d / G, rows, a.wo_a);
+  src.wo_a(p + ".attn.wo_a", G * ro, H * d / G, ro, rows, a.wo_a);
   src.lin8(p + ".attn.wo_b", D, G * ro, cols, a.wo_b);
   const int ratio = cfg.compress_ratio(layer);
   if (ratio > 0) {
@@ -422,13 +457,15 @@ std::unique_ptr<GpuWeights> build(WeightSource& src, const model::ModelConfig& c
 
 std::unique_ptr<GpuWeights> upload_weights(const checkpoint::Checkpoint& ckpt, const model::ModelConfig& config,
                                            int tp_rank, int tp_size) {
-  // Expected bytes on this rank (progress line only): routed experts and wo_a are split
-  // (wo_a also widened to bf16), everything else is whole.
+  // Expected bytes on this rank (progress line only): routed experts and wo_a are split (wo_a
+  // widened to bf16 unless it stays FP8), everything else is whole.
+  const int64_t ro = config.o_lora_rank, wo_a_in = int64_t{config.num_attention_heads} * config.head_dim / config.o_groups;
+  const double wo_a_widen = wo_a_stays_fp8(config.o_groups * ro / tp_size, wo_a_in, ro) ? 1.0 : 2.0;
   double expected = 0;
   for (const auto& name : ckpt.names()) {
     const double b = static_cast<double>(ckpt.at(name).nbytes);
     if (name.find(".experts.") != std::string::npos) expected += b / tp_size;
-    else if (name.find(".wo_a.weight") != std::string::npos) expected += 2 * b / tp_size;
+    else if (name.find(".wo_a.weight") != std::string::npos) expected += wo_a_widen * b / tp_size;
     else expected += b;
   }
   const auto chunk = static_cast<size_t>(std::clamp(expected / 4, double(1 << 20), double(64 << 20)));

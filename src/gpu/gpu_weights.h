@@ -2,7 +2,9 @@
 //
 // FP8 linears keep e4m3 codes + e8m0 scale bytes, FP4 experts keep packed nibbles + e8m0
 // bytes, dense weights keep their checkpoint dtype (bf16 or f32; the kernels widen them), and
-// wo_a is dequantized to bf16 per 128×128 tile as the reference's converter does. Small
+// wo_a, which the reference's converter dequantizes to bf16 per 128×128 tile, keeps its e4m3
+// codes + scales and is widened in registers (dense_linear_fp8, same bits), or is widened at load
+// where that kernel does not take its shape (or DSV4_WO_A=bf16). Small
 // vectors (norms, biases, ape, sinks, hc base/scale) are fp32. Routed experts of a layer are
 // contiguous ([E, out, ...]) so that one launch can serve every (token, expert) pair.
 // Built from a verified checkpoint or as random "dummy" weights directly on the device.
@@ -24,10 +26,14 @@ struct Lin8W {
   int64_t out = 0, in = 0;
 };
 struct DenseW {
-  DeviceBuffer<uint8_t> w;  // [out, in] bf16 or f32
+  DeviceBuffer<uint8_t> w;  // [out, in] bf16 or f32; e4m3 codes when fp8()
+  // wo_a only: E8M0 tile scales [ceil(out/128), in/128] when w holds e4m3 codes, each weight then
+  // being bf16(code·scale) (bf16 is true; run it with dense_linear_fp8). Empty otherwise.
+  DeviceBuffer<uint8_t> s;
   bool bf16 = true;
   int64_t out = 0, in = 0;
-  size_t bytes() const { return w.bytes(); }
+  bool fp8() const { return s.size() > 0; }
+  size_t bytes() const { return w.bytes() + s.bytes(); }
 };
 struct CompressorW {
   int ratio = 0, head_dim = 0;
@@ -43,7 +49,7 @@ struct IndexerW {
 struct AttentionW {
   DeviceBuffer<float> sink, q_norm, kv_norm;
   Lin8W wq_a, wq_b, wkv, wo_b;
-  DenseW wo_a;  // bf16 [G·r_o, H·d/G]
+  DenseW wo_a;  // [G·r_o, H·d/G]: e4m3 + scales (fp8()) or widened bf16
   std::optional<CompressorW> compressor;
   std::optional<IndexerW> indexer;
 };

@@ -11,6 +11,10 @@
 // to cpu::Fp8Linear. Lin4 does four 32-wide blocks per iteration (8 lanes each) and adds them
 // in order. Dense linears accumulate in double and round once (like the CPU, up to the last
 // bit of a double). Shapes: x [rows, in], y [rows, out]; see ops.h.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -344,6 +348,34 @@ __global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restri
   }
 }
 
+// Thread i widens codes [16i, 16i + 16) of the row-major [out, in] weight (in % 16 == 0: one row,
+// one 128-column block) to bf16(code·scale), the loader's formula: the fp32 product is exact and
+// both round it to nearest even.
+__global__ void __launch_bounds__(256) widen_fp8_tiles_kernel(const uint8_t* __restrict__ w,
+                                                              const uint8_t* __restrict__ ws, int64_t in,
+                                                              int64_t vecs, uint16_t* __restrict__ dst) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= vecs) return;
+  const int64_t o = i * 16 / in, c = i * 16 % in;
+  const float sc = e8m0_to_float(ws[(o / 128) * ((in + 127) / 128) + c / 128]);
+  const uint4 v = reinterpret_cast<const uint4*>(w)[i];
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  uint32_t r[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t pair = words[j / 2] >> (16 * (j % 2));
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(__half2float(__ushort_as_half(h.x)) * sc,
+                                                   __half2float(__ushort_as_half(h.y)) * sc);
+    r[j] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  uint4* d = reinterpret_cast<uint4*>(dst) + 2 * i;
+  d[0] = make_uint4(r[0], r[1], r[2], r[3]);
+  d[1] = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
 dim3 warp_grid(int64_t out, int64_t rows) {
   DSV4_CHECK(rows <= 65535, "too many rows for one launch: ", rows);
   return dim3(static_cast<unsigned>((out + kWarps - 1) / kWarps), static_cast<unsigned>(rows));
@@ -434,6 +466,38 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
   }
   launch_pdl(dense_kernel, warp_grid(out, rows), kWarps * 32, 0, s, x, x_stride, w, w_bf16, out, in,
              out_per_group, round_bf16, post_scale, y);
+}
+
+void dense_linear_fp8(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
+                      int64_t out, int64_t in, int64_t out_per_group, bool round_bf16, float* y, cudaStream_t s,
+                      uint16_t* wide) {
+  if (rows == 0) return;
+  if (rows > kDenseFp8MaxRows && wide != nullptr) {
+    widen_fp8_tiles(w, ws, out, in, wide, s);
+    return dense_linear(x, rows, x_stride, wide, true, out, in, out_per_group, round_bf16, 0.0f, y, s);
+  }
+  prof::Launch pl("dense_linear (fp8 as bf16)",
+                  double(out) * in + double((out + 127) / 128) * (in / 128) + double(rows) * x_stride * 4 +
+                      double(rows) * out * 4,
+                  s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  const bool launched = mma::dense_fp8_as_bf16(x, rows, x_stride, w, ws, out, in, out_per_group, round_bf16, y, s);
+  DSV4_CHECK(launched, "dense_linear_fp8: weight [", out, ", ", in, "] in groups of ", out_per_group, " rows, x row stride ",
+             x_stride, ": needs in % 128 == 0, groups of a multiple of 16 rows, x_stride % 4 == 0 and 16-byte "
+             "aligned x / w");
+}
+
+bool dense_linear_fp8_accepts(int64_t out, int64_t in, int64_t out_per_group, int64_t x_stride) {
+  return mma::dense_fp8_as_bf16_accepts(out, in, out_per_group, x_stride);
+}
+
+void widen_fp8_tiles(const uint8_t* w, const uint8_t* ws, int64_t out, int64_t in, uint16_t* dst, cudaStream_t s) {
+  DSV4_CHECK(in % 16 == 0 && aligned16(w) && aligned16(dst), "widen_fp8_tiles: [", out, ", ", in,
+             "] needs in % 16 == 0 and 16-byte aligned buffers");
+  const int64_t vecs = out * in / 16;
+  if (vecs == 0) return;
+  prof::Launch pl("widen_fp8_tiles", double(out) * in * 3 + double((out + 127) / 128) * (in / 128), s,
+                  [&] { return "out=" + std::to_string(out) + " in=" + std::to_string(in); });
+  launch_pdl(widen_fp8_tiles_kernel, unsigned((vecs + 255) / 256), 256, 0, s, w, ws, in, vecs, dst);
 }
 
 void dense_linear_multi(const float* x, int64_t rows, int64_t in, std::span<const DenseOut> outs, cudaStream_t s) {

@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
     if (sh.bf16) fill_random_bf16(reinterpret_cast<uint16_t*>(w.get()), wb * nc / 2, 0.05f, 0.0f, 6, nullptr);
     else fill_random_f32(reinterpret_cast<float*>(w.get()), wb * nc / 4, 0.05f, 0.0f, 6, nullptr);
     fill_random_f32(x.get(), mmax * xstride, 1.0f, 0.0f, 7, nullptr);
+    round_bf16_values(x.get(), mmax * xstride, nullptr);  // the model's dense inputs are bf16 values
     for (int64_t M : Ms) {
       if (M > mmax) continue;
       const Timing t = time_graph(
@@ -201,6 +202,30 @@ int main(int argc, char** argv) {
           replays);
       report(sh.bf16 ? "dense bf16" : "dense fp32", sh.name, M, double(wb) + M * xstride * 4.0 + M * sh.out * 4.0, t,
              flops_of(M, sh.out, sh.in));
+    }
+  }
+  // wo_a as the model stores it: e4m3 codes + 128×128 scales, bf16 arithmetic (dense_linear_fp8).
+  if (wanted("wo_a fp8")) {
+    const int64_t out = 4096, in = 4096, opg = 1024, xstride = (out / opg) * in;
+    const int64_t wb = out * in, sb = (out / 128) * (in / 128);
+    const int nc = copies_for(double(wb + sb));
+    DeviceBuffer<uint8_t> w(wb * nc), ws(sb * nc);
+    DeviceBuffer<uint16_t> wide(out * in);  // above kDenseFp8MaxRows: widened, then the bf16 GEMM
+    DeviceBuffer<float> x(Mmax * xstride), y(Mmax * out);
+    fill_random_e4m3(w.get(), wb * nc, 6, nullptr);
+    fill_e8m0(ws.get(), sb * nc, 127 - 7, nullptr);
+    fill_random_f32(x.get(), Mmax * xstride, 1.0f, 0.0f, 7, nullptr);
+    round_bf16_values(x.get(), Mmax * xstride, nullptr);
+    for (int64_t M : Ms) {
+      const Timing t = time_graph(
+          [&](int i, cudaStream_t s) {
+            const int c = i % nc;
+            dense_linear_fp8(x.get(), M, xstride, w.get() + c * wb, ws.get() + c * sb, out, in, opg, true, y.get(), s,
+                             wide.get());
+          },
+          replays);
+      report("dense fp8", "wo_a fp8 grouped 4x1024x4096", M, double(wb + sb) + M * xstride * 4.0 + M * out * 4.0, t,
+             flops_of(M, out, in));
     }
   }
   std::printf("\n");

@@ -44,8 +44,8 @@ constexpr int kPrefetchBlocks = 8;
 
 template <Wt WT, int MT, int NF, int KU, int MINB, bool XA>
 __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
-  constexpr int ES = WT == Wt::kFp8 ? 1 : 2;     // weight bytes per value
-  constexpr int AV = WT == Wt::kFp8 ? 2 : 4;     // 16-byte vectors per row per lane per block
+  constexpr int ES = WT == Wt::kBf16 ? 2 : 1;     // weight bytes per value
+  constexpr int AV = WT == Wt::kBf16 ? 4 : 2;     // 16-byte vectors per row per lane per block
   // Cross-warp sums in passes of NP n-fragments (static shared memory stays ≤ 32 KB).
   constexpr int NP = MT * NF > 8 ? 8 / MT : NF;
   __shared__ float red[kWarps][NP * 8][MT * 16];
@@ -114,6 +114,9 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
   for (int nf = 0; nf < NF; ++nf) nf_on[nf] = n0 + nf * 8 < a.rows;
 
   float acc[MT][NF][4] = {};
+  int e_cur[MT];  // kFp8AsBf16: the E8M0 exponent acc[mt] is in units of (−1: no block yet)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) e_cur[mt] = -1;
 
 #pragma unroll 1
   for (int64_t kb0 = warp; kb0 < kblocks; kb0 += kWarps * KU) {
@@ -176,6 +179,70 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
           for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mt][nf][e] = acc[mt][nf][e] + part[mt][nf][e] * (sx[nf][e & 1] * sw[mt]);
+      } else if (WT == Wt::kFp8AsBf16) {
+        // The weights enter the MMA as their e4m3 values (exact in f16 and bf16) and the
+        // accumulator is kept in units of the current block's tile scale: at a block whose scale
+        // differs it is multiplied by 2^(e_old − e_new), exact while it stays a normal fp32 value.
+        // An MMA's fp32 result scales exactly with its inputs (the same aligned sum, shifted), so
+        // every accumulator ends with the bits of the widened bf16 weight's MMA chain.
+        // A fragment's block of activations goes in as f16 when all of the warp's are f16 values
+        // (bf16 values of exponent −17..15: all the model passes), else — rare — as the bf16
+        // hi + lo split with bf16 weights, in the same units (an MMA gives the same fp32 sum for
+        // the same exact products in either type). Each accumulator sees steps 0..7 of each block
+        // in order, as on the dense path.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int e = __ldg(a.ws + srow[mt] + kb);
+          if (e != e_cur[mt]) {
+            if (e_cur[mt] >= 0) {
+#pragma unroll
+              for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[mt][nf][q] = ldexpf(acc[mt][nf][q], e_cur[mt] - e);
+            }
+            e_cur[mt] = e;
+          }
+        }
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+          if (!nf_on[nf]) continue;  // warp-uniform
+          float4 xr[8];  // the fragment's x for the block: one L2 round trip, then f16 pairs
+#pragma unroll
+          for (int q = 0; q < 8; ++q)
+            xr[q] = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + q);
+          uint32_t xh[16];  // words 2s, 2s + 1 for step s
+          bool exact = true;
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            xh[2 * q] = pack_f16(xr[q].x, xr[q].y);
+            xh[2 * q + 1] = pack_f16(xr[q].z, xr[q].w);
+            exact = exact && f16x2_is(xh[2 * q], xr[q].x, xr[q].y) && f16x2_is(xh[2 * q + 1], xr[q].z, xr[q].w);
+          }
+          const bool f16_path = __all_sync(0xffffffffu, exact);
+#pragma unroll
+          for (int s = 0; s < 8; ++s) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              const uint32_t w0 = word(av[u][mt][0], s), w1 = word(av[u][mt][1], s);
+              const uint32_t af[4] = {e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w1), e4m3x2_to_f16x2(w0 >> 16),
+                                      e4m3x2_to_f16x2(w1 >> 16)};
+              if (f16_path) {
+                mma_f16(acc[mt][nf], af, xh[2 * s], xh[2 * s + 1]);
+                continue;
+              }
+              // (x reloaded: the block's fp32 x need not stay in registers for this rare path)
+              const float4 v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + s);
+              const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
+              const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
+              const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
+              const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);
+              const uint32_t ab[4] = {f16x2_to_bf16x2(af[0]), f16x2_to_bf16x2(af[1]), f16x2_to_bf16x2(af[2]),
+                                      f16x2_to_bf16x2(af[3])};
+              mma_bf16(acc[mt][nf], ab, h0, h1);
+              if (lo) mma_bf16(acc[mt][nf], ab, l0, l1);
+            }
+          }
+        }
       } else if (MT == 1 && NF == 1 && !XA) {
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
@@ -231,6 +298,16 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
         }
       }
     }
+  }
+
+  if (WT == Wt::kFp8AsBf16) {  // back from units of the last block's scale (exact, as above)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      if (e_cur[mt] >= 0)
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[mt][nf][q] = ldexpf(acc[mt][nf][q], e_cur[mt] - 127);
   }
 
   // D fragment: e = 0,1 → (row g, cols 2t, 2t+1); e = 2,3 → row g + 8.
@@ -293,7 +370,7 @@ int g_forced_tile = -1;
 
 template <Wt WT>
 bool launch_tile(int i, const Args& a, cudaStream_t s) {
-  constexpr bool X = WT == Wt::kBf16;  // lin8 has no XA variant: one instantiation
+  constexpr bool X = WT == Wt::kBf16;  // only the bf16 dense path has an XA variant: one instantiation
   switch (i) {
     case 0: return launch<WT, 1, 1, 2, 2>(a, s);
     case 1: return launch<WT, 1, 2, 2, 2>(a, s);
@@ -325,7 +402,7 @@ int64_t ctas(const Tile& t, const Args& a) { return output_tile_rows(a, t.mt * 1
 template <Wt WT>
 int choose_tile(const Args& a) {
   if (a.rows > 64) {
-    if (WT == Wt::kBf16 && a.rows <= 512 && tile_fits(kTiles[7], a)) return 7;
+    if (WT != Wt::kFp8 && a.rows <= 512 && tile_fits(kTiles[7], a)) return 7;
     return tile_fits(kTiles[4], a) ? 4 : 3;
   }
   // lin8 up to 8 rows: 16 × 8 tiles, two K blocks in flight per warp; with in ≤ 1024 a warp has
@@ -333,10 +410,16 @@ int choose_tile(const Args& a) {
   // gpu_linear_bench: wq_b 16384 × 1024 M = 1 11.5 → 8.9 µs). Dense (1,1) tiles run three CTAs
   // per SM (compressor 1024 × 4096 M = 1 8.8 → 7.6 µs, gate 256 × 4096 7.5 → 6.8).
   if (WT == Wt::kFp8 && a.rows <= 8) return a.in <= 1024 ? 12 : 0;
+  // e4m3-as-bf16 (wo_a): the fastest tile by rows in a sweep of gpu_linear_bench "wo_a fp8" on H200
+  // (docs/decode-linears.md, round 11: M = 1 / 4 / 8 / 16 / 32 / 64 → tiles 2 / 11 / 11 / 5 / 5 / 5).
+  if (WT == Wt::kFp8AsBf16) {
+    const int pick = a.rows <= 2 ? 2 : a.rows <= 8 ? 11 : 5;
+    if (tile_fits(kTiles[pick], a)) return pick;
+  }
   static constexpr int kLin8[] = {5, 2, 0}, kDense[] = {7, 9, 5, 2, 13};
-  const int* order = WT == Wt::kBf16 ? kDense : kLin8;
-  const int n = WT == Wt::kBf16 ? 5 : 3;
-  const int64_t enough = WT == Wt::kBf16 ? 80 : 192;
+  const int* order = WT == Wt::kFp8 ? kLin8 : kDense;
+  const int n = WT == Wt::kFp8 ? 3 : 5;
+  const int64_t enough = WT == Wt::kFp8 ? 192 : 80;
   int best = -1;
   for (int j = 0; j < n; ++j) {
     const Tile& t = kTiles[order[j]];
@@ -360,12 +443,16 @@ int64_t staged_min_rows() {
   return rows;
 }
 
+// The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
-  if (g_forced_tile == kNumTiles && launch_staged<WT>(a, s)) return true;  // the staged tile, forced
+  constexpr bool kStaged = WT != Wt::kFp8AsBf16;
+  if constexpr (kStaged)
+    if (g_forced_tile == kNumTiles && launch_staged<WT>(a, s)) return true;  // the staged tile, forced
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && tile_fits(kTiles[g_forced_tile], a))
     return launch_tile<WT>(g_forced_tile, a, s);
-  if (a.rows >= staged_min_rows() && staged_ctas(a) >= kStagedMinCtas && launch_staged<WT>(a, s)) return true;
+  if constexpr (kStaged)
+    if (a.rows >= staged_min_rows() && staged_ctas(a) >= kStagedMinCtas && launch_staged<WT>(a, s)) return true;
   return launch_tile<WT>(choose_tile<WT>(a), a, s);
 }
 
@@ -390,6 +477,23 @@ bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* 
                .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .round = round_bf16,
                .post_scale = post_scale, .y = y};
   return dispatch<Wt::kBf16>(a, s);
+}
+
+bool dense_fp8_as_bf16(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
+                       int64_t out, int64_t in, int64_t opg, bool round_bf16, float* y, cudaStream_t s) {
+  if (opg <= 0) opg = out;
+  if (!dense_fp8_as_bf16_accepts(out, in, opg, x_stride) || !aligned16(x) || !aligned16(w) || ws == nullptr ||
+      rows <= 0)
+    return false;
+  const Args a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = ws, .rows = rows,
+               .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .round = round_bf16, .post_scale = 0.0f,
+               .y = y};
+  return dispatch<Wt::kFp8AsBf16>(a, s);
+}
+
+bool dense_fp8_as_bf16_accepts(int64_t out, int64_t in, int64_t opg, int64_t x_stride) {
+  if (opg <= 0) opg = out;
+  return in > 0 && in % 128 == 0 && x_stride % 4 == 0 && out > 0 && out % opg == 0 && (opg == out || opg % 16 == 0);
 }
 
 bool dense_bf16_multi(const float* x, int64_t rows, int64_t in, const DenseSegment* segs, int nseg, cudaStream_t s) {

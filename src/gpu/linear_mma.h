@@ -28,6 +28,17 @@ bool lin8(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
 bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* w, int64_t out,
                 int64_t in, int64_t opg, bool round_bf16, float post_scale, float* y, cudaStream_t s);
 
+// dense_bf16 on a weight stored as e4m3 codes w [out, in] with E8M0 scales ws [ceil(out/128),
+// in/128] per 128×128 tile, each weight used as bf16(code·scale) (the reference's wo_a): the
+// same bits as dense_bf16 on the weight widened that way, from half its bytes. No post_scale.
+// Accepts what dense_fp8_as_bf16_accepts says (the shape) with 16-byte aligned x / w.
+bool dense_fp8_as_bf16(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
+                       int64_t out, int64_t in, int64_t opg, bool round_bf16, float* y, cudaStream_t s);
+// Whether dense_fp8_as_bf16 takes this shape: dense_bf16's rules (in % 128 == 0, x_stride % 4 == 0,
+// out % opg == 0, groups of a multiple of 16 rows; opg ≤ 0 means out). Tiles then start at
+// multiples of 16 rows, so no 16-row MMA tile straddles a 128-row scale block.
+bool dense_fp8_as_bf16_accepts(int64_t out, int64_t in, int64_t opg, int64_t x_stride);
+
 // Several bf16 dense linears of the same x [rows, in] (x_stride = in, no groups) in one launch:
 // output j is y_j [rows, out_j] = W_j x, bit-identical to dense_bf16 on that weight alone.
 constexpr int kMaxDenseSegments = 6;

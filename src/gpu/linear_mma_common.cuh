@@ -16,7 +16,10 @@ namespace dsv4::gpu::mma::detail {
 
 constexpr int kWarps = 8;
 
-enum class Wt { kFp8, kBf16 };
+// kFp8: lin8 (e4m3 weights × Q8 activations). kBf16: dense (bf16 weights × fp32 activations).
+// kFp8AsBf16: dense arithmetic on e4m3 weights with E8M0 128×128 tile scales, each weight taken as
+// bf16(code·scale) in registers (wo_a: half the bytes of the widened bf16 copy, the same bits).
+enum class Wt { kFp8, kBf16, kFp8AsBf16 };
 
 struct Args {
   const void* x;       // lin8: e4m3 [rows / x_row_div, in]; dense: fp32 [rows, x_stride]
@@ -24,7 +27,7 @@ struct Args {
   int x_row_div;       // lin8
   int64_t x_stride;    // dense
   const void* w;       // [out, in]
-  const uint8_t* ws;   // lin8: [ceil(out / 128), in / 128]
+  const uint8_t* ws;   // lin8, kFp8AsBf16: [ceil(out / 128), in / 128]
   int64_t rows, out, in;
   int64_t opg;         // output rows per group (out when not grouped)
   int64_t tiles_per_group;
@@ -66,6 +69,23 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Whether f16x2 h holds exactly the values lo, hi (its low half lo).
+__device__ __forceinline__ bool f16x2_is(uint32_t h, float lo, float hi) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return f.x == lo && f.y == hi;
+}
+
+// f16x2 → bf16x2 of the same values; exact for the e4m3 values it is used on.
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16(f.x, f.y);
 }
 
 __device__ __forceinline__ uint32_t word(const uint4* v, int q) {

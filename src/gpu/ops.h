@@ -48,6 +48,20 @@ void lin4(const uint8_t* xq, const float* xs, int64_t rows, int x_row_div, const
 void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16,
                   int64_t out, int64_t in, int64_t out_per_group, bool round_bf16,
                   float post_scale, float* y, cudaStream_t s);
+// dense_linear with bf16 arithmetic on a weight stored as e4m3 codes w [out, in] and E8M0 scales
+// ws [ceil(out/128), in/128] per 128×128 tile, each weight taken as bf16(code·scale) — the same
+// bits as dense_linear on the weight widened that way (wo_a; half the bytes). No post_scale.
+// Above kDenseFp8MaxRows rows, with `wide` (scratch of out·in bf16) given, the weight is widened
+// into it (widen_fp8_tiles) and dense_linear runs on it: the GEMM-sized path, same bits.
+// Throws (naming the shape) when dense_linear_fp8_accepts is false for it.
+constexpr int64_t kDenseFp8MaxRows = 64;
+void dense_linear_fp8(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
+                      int64_t out, int64_t in, int64_t out_per_group, bool round_bf16, float* y, cudaStream_t s,
+                      uint16_t* wide = nullptr);
+bool dense_linear_fp8_accepts(int64_t out, int64_t in, int64_t out_per_group, int64_t x_stride);
+// dst [out, in] bf16 = bf16(code·scale) of e4m3 w [out, in] with E8M0 ws [ceil(out/128),
+// in/128] (the checkpoint loader's widening, bit for bit). in % 16 == 0, 16-byte aligned w / dst.
+void widen_fp8_tiles(const uint8_t* w, const uint8_t* ws, int64_t out, int64_t in, uint16_t* dst, cudaStream_t s);
 // Several dense linears of the same x [rows, in] (no groups): one tensor-core launch when every
 // weight is bf16 and the shape allows (bit-identical to one dense_linear per output), else one
 // dense_linear each. At most 6 outputs.
