@@ -57,8 +57,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // wo_a stays e4m3 + scales (dense_linear_fp8: the same bits as the widened copy, half the bytes)
 // when that kernel takes the rank's shape, unless DSV4_WO_A=bf16 asks for the widened copy (A/B
-// runs). The rank's rows must also start on a scale block or lie inside one (scale_range's rule);
-// the checkpoint source checks that when it splits.
+// runs). The checkpoint source also widens when the rank's rows split a 128-row scale block.
 bool wo_a_stays_fp8(int64_t rows, int64_t in, int64_t group_rows) {
   static const bool widen = [] {
     const char* v = std::getenv("DSV4_WO_A");
@@ -137,7 +136,9 @@ class CheckpointSource : public WeightSource {
     w.bf16 = true;
     w.out = sp.rows(out);
     w.in = in;
-    if (wo_a_stays_fp8(w.out, in, group_rows)) {
+    const int64_t o0 = sp.first(out);  // the rank's rows keep whole scale blocks (scale_range's rule)
+    const bool whole_blocks = o0 % 128 == 0 || o0 % 128 + w.out <= 128;
+    if (whole_blocks && wo_a_stays_fp8(w.out, in, group_rows)) {
       std::vector<uint8_t> wv, sv;
       split_fp8(t, s, out, in, sp, wv, sv);
       put(wv.data(), wv.size(), w.w);
@@ -146,7 +147,7 @@ class CheckpointSource : public WeightSource {
     }
     const auto* q = reinterpret_cast<const uint8_t*>(t.data);
     const auto* sc = reinterpret_cast<const uint8_t*>(s.data);
-    const int64_t cols = ceil_div(in, 128), o0 = sp.first(out), nout = sp.rows(out);
+    const int64_t cols = ceil_div(in, 128), nout = w.out;
     std::vector<uint16_t> bits(static_cast<size_t>(nout * in));
     for (int64_t lo = 0; lo < nout; ++lo) {
       const int64_t o = o0 + lo;
