@@ -43,6 +43,46 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
   rope_pair(x + r * stride + stride - 2 * pairs, table, pos, pairs, i, inverse);
 }
 
+// Block (c, row): the kBf16CopyFlagValues values [c·kBf16CopyFlagValues, ...) of the row, one
+// float4 a thread; those inside a head's rotary part (two pairs each) are rotated (rope_rotate, as
+// rope_pair) and stored back; every float4 goes to x16 as two bf16 pairs; the block ANDs whether its
+// values are bf16 values into exact[row, c].
+constexpr int kRopeBf16Threads = int(kBf16CopyFlagValues / 4);
+// The bf16 bits of (lo, hi) in one word, lo in the low half (truncation: exact for bf16 values).
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+__device__ __forceinline__ bool is_bf16_value(float v) { return (__float_as_uint(v) & 0xffffu) == 0; }
+__global__ void __launch_bounds__(kRopeBf16Threads) rope_inverse_bf16_kernel(float* x, int H, int d,
+                                                                           const int32_t* __restrict__ positions,
+                                                                           const float* __restrict__ table, int pairs,
+                                                                           uint16_t* __restrict__ x16,
+                                                                           int32_t* __restrict__ exact) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.y, nvec = int64_t(H) * d / 4;
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // float4 of the row
+  bool ok = true;
+  if (k < nvec) {
+    float4* xr = reinterpret_cast<float4*>(x + row * H * d);
+    float4 v = xr[k];
+    const int c = int((k * 4) % d), rot0 = d - 2 * pairs;
+    if (c >= rot0) {
+      const int64_t pos = positions[row];
+      const int i = (c - rot0) / 2;  // pairs i, i + 1
+      const float2 p0 = rope_rotate(v.x, v.y, table[(pos * pairs + i) * 2], -table[(pos * pairs + i) * 2 + 1]);
+      const float2 p1 =
+          rope_rotate(v.z, v.w, table[(pos * pairs + i + 1) * 2], -table[(pos * pairs + i + 1) * 2 + 1]);
+      v = make_float4(p0.x, p0.y, p1.x, p1.y);
+      xr[k] = v;
+    }
+    ok = is_bf16_value(v.x) && is_bf16_value(v.y) && is_bf16_value(v.z) && is_bf16_value(v.w);
+    reinterpret_cast<uint2*>(x16 + row * H * d)[k] = make_uint2(bf16x2_bits(v.x, v.y), bf16x2_bits(v.z, v.w));
+  }
+  ok = __syncthreads_and(ok);
+  if (threadIdx.x == 0) exact[row * gridDim.x + blockIdx.x] = ok ? 1 : 0;
+}
+
 // Block per row, h threads (thread = channel): the step, then (block-uniform) the finish of
 // the emitted entry in a shared fp32 row that is then stored as the indexer's bf16 key or
 // (attention) encoded into the FP8 cache. Dynamic smem: h doubles, then h floats.
@@ -149,6 +189,20 @@ void decode_rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_p
                   double(rows) * pairs * 16 + double(rows / rows_per_pos) * pairs * 8, s,
                   [&] { return "rows=" + std::to_string(rows) + " pairs=" + std::to_string(pairs); });
   launch_pdl(rope_kernel, blocks_for(rows * pairs, 256), 256, 0, s, x, rows, stride, rows_per_pos, pos, table, pairs, inverse);
+}
+
+void decode_rope_inverse_bf16(float* x, int64_t rows, int H, int d, const int32_t* pos, const float* table, int pairs,
+                             uint16_t* x16, int32_t* exact, cudaStream_t s) {
+  DSV4_CHECK(d % 4 == 0 && pairs % 2 == 0 && 2 * pairs <= d && aligned16(x) && aligned16(x16),
+             "decode_rope_inverse_bf16: head dim ", d, ", ", pairs, " rotary pairs (needs d % 4 == 0, even pairs, "
+             "16-byte aligned buffers)");
+  if (rows == 0) return;
+  prof::Launch pl("decode_rope (inverse) + bf16", double(rows) * H * d * (4 + 2) + double(rows) * H * pairs * 12, s,
+                  [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(H) + " d=" + std::to_string(d); });
+  const int64_t chunks = (int64_t(H) * d + kBf16CopyFlagValues - 1) / kBf16CopyFlagValues;
+  DSV4_CHECK(rows <= 65535, "decode_rope_inverse_bf16: ", rows, " rows > 65535");
+  launch_pdl(rope_inverse_bf16_kernel, dim3(unsigned(chunks), unsigned(rows)), kRopeBf16Threads, 0, s, x, H, d, pos,
+             table, pairs, x16, exact);
 }
 
 void decode_compressor(const DecodeCompressorArgs& a, int64_t rows, const int32_t* pos,

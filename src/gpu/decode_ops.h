@@ -37,6 +37,16 @@ struct DecodeLayerCache {
 void decode_rope_rows(float* x, int64_t rows, int64_t stride, int64_t rows_per_pos, const int32_t* pos,
                       const float* table, int pairs, bool inverse, cudaStream_t s);
 
+// The attention output's inverse RoPE before wo_a, and its bf16 copy for dense_linear_fp8:
+// x [rows, H·d] (head h at h·d, rotary part the last 2·pairs values of each head) is rotated in
+// place as decode_rope_rows(x, rows·H, d, H, pos, table, pairs, true) does (same bits); x16
+// [rows, H·d] holds the bf16 bits of x and exact [rows, ceil(H·d / kBf16CopyFlagValues)] (ops.h)
+// is 1 where every value of the block is a bf16 value (always, for the attention's rounded
+// output), else 0: dense_linear_fp8's x16 / x16_exact. d % 4 == 0, pairs even, 16-byte aligned
+// x / x16.
+void decode_rope_inverse_bf16(float* x, int64_t rows, int H, int d, const int32_t* pos, const float* table, int pairs,
+                             uint16_t* x16, int32_t* exact, cudaStream_t s);
+
 // norm_rope_simulate_q8_rows (ops.h) on the window-KV rows at their positions pos[row], and
 // decode_ring_update of the result in the same launch (same bits in y and in the ring). dim ==
 // kKvDim. For the sm_90a decode path, whose attention reads the ring after the update.

@@ -23,15 +23,13 @@
 #include "gpu/cuda_check.h"
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_test_util.h"
 #include "gpu/kv_fp8.h"
 #include "gpu/ops.h"
 
 namespace dsv4::gpu {
 namespace {
 namespace fs = std::filesystem;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device"
 
 // Random values that are exact in bf16.
 std::vector<float> random_values(size_t n, float std, uint64_t seed, float mean = 0.0f) {
@@ -116,6 +114,42 @@ TEST(DecodeKernels, RopeMatchesPerRowRope) {
     EXPECT_TRUE(same_bits(got, want)) << "inverse " << inverse;
     EXPECT_FALSE(same_bits(got, x0));
   }
+}
+
+// decode_rope_inverse_bf16 rotates like decode_rope_rows (same bits) and writes x's bf16 bits
+// with a flag per row and block of kBf16CopyFlagValues values: blocks of bf16 values (the
+// attention's output) are flagged 1, a block with one value that is not a bf16 value 0. Rows of
+// 40 heads × 64: three blocks, the last partial.
+TEST(DecodeKernels, RopeInverseBf16EqualsRopeAndItsBf16Copy) {
+  SKIP_WITHOUT_GPU();
+  const int H = 40, d = 64, pairs = 16, max_pos = 300;
+  const std::vector<int> pos = {0, 7, 127, 128, 299};
+  const int64_t B = static_cast<int64_t>(pos.size()), width = int64_t{H} * d;
+  const int64_t blocks = (width + kBf16CopyFlagValues - 1) / kBf16CopyFlagValues;
+  ASSERT_EQ(blocks, 3);
+  const auto table = to_device(random_values(max_pos * pairs * 2, 1.0f, 1));
+  std::vector<float> x0 = random_values(B * width, 1.0f, 3);
+  for (float& v : x0) v = numerics::round_bf16(v);
+  x0[1 * width + 5] = 1.0f + 0x1p-12f;                // row 1, block 0: not a bf16 value (not rotary)
+  x0[3 * width + 2048 + 3] = 1.0f + 0x1p-12f;         // row 3, block 2
+  x0[4 * width + 3] = numerics::round_bf16(1e-30f);   // row 4: a tiny bf16 value (still 1)
+  const auto pos_dev = to_device(as_i32(pos));
+  auto xd = to_device(x0), xr = to_device(x0);
+  DeviceBuffer<uint16_t> x16(B * width);
+  DeviceBuffer<int32_t> exact(B * blocks);
+  decode_rope_inverse_bf16(xd.get(), B, H, d, pos_dev.get(), table.get(), pairs, x16.get(), exact.get(), nullptr);
+  decode_rope_rows(xr.get(), B * H, d, H, pos_dev.get(), table.get(), pairs, true, nullptr);
+  const auto got = xd.download(), want = xr.download();
+  EXPECT_TRUE(same_bits(got, want));
+  const auto h = x16.download();
+  const auto ok = exact.download();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < blocks; ++c) {
+      const bool flagged_off = (b == 1 && c == 0) || (b == 3 && c == 2);
+      EXPECT_EQ(ok[b * blocks + c], flagged_off ? 0 : 1) << "row " << b << " block " << c;
+    }
+  for (int64_t i = 0; i < B * width; ++i)
+    if (numerics::round_bf16(want[i]) == want[i]) ASSERT_EQ(h[i], numerics::float_to_bf16_bits(want[i])) << i;
 }
 
 struct CompressorCase {

@@ -133,13 +133,17 @@ __device__ __forceinline__ double block_sum(double v, double* shared32) {
 
 // RoPE of pair i of a row's rotary part v [2·pairs] at position pos (table [*, pairs, 2]
 // {cos, sin}); each output rounded to bf16. inverse rotates by −angle.
+// The rotation of one pair (a, b) by (c, sn), each output rounded to bf16: rope_pair's arithmetic.
+__device__ inline float2 rope_rotate(float a, float b, float c, float sn) {
+  return make_float2(round_bf16(a * c - b * sn), round_bf16(a * sn + b * c));
+}
 __device__ inline void rope_pair(float* v, const float* __restrict__ table, int64_t pos, int pairs, int i,
                                  bool inverse) {
   const float c = table[(pos * pairs + i) * 2];
   const float sn = inverse ? -table[(pos * pairs + i) * 2 + 1] : table[(pos * pairs + i) * 2 + 1];
-  const float a = v[2 * i], b = v[2 * i + 1];
-  v[2 * i] = round_bf16(a * c - b * sn);
-  v[2 * i + 1] = round_bf16(a * sn + b * c);
+  const float2 r = rope_rotate(v[2 * i], v[2 * i + 1], c, sn);
+  v[2 * i] = r.x;
+  v[2 * i + 1] = r.y;
 }
 
 }  // namespace dsv4::gpu

@@ -307,7 +307,7 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8
 }
 
 void GpuModel::output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa,
-                                 float* out) {
+                                 float* out, const uint16_t* attn16, const int32_t* attn16_exact) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim;
@@ -315,7 +315,8 @@ void GpuModel::output_projection(const AttentionW& w, const float* attn, int64_t
   float* z = grow(s.z, n * G * ro);
   if (w.wo_a.fp8()) {
     uint16_t* wide = n > kDenseFp8MaxRows ? grow(s.wo_a_wide, G * ro * group_in) : nullptr;  // prefill
-    dense_linear_fp8(attn, n, H * d, w.wo_a.w.get(), w.wo_a.s.get(), G * ro, group_in, ro, true, z, stream_, wide);
+    dense_linear_fp8(attn, n, H * d, w.wo_a.w.get(), w.wo_a.s.get(), G * ro, group_in, ro, true, z, stream_, wide,
+                     attn16, attn16_exact);
   } else {
     dense_linear(attn, n, H * d, w.wo_a.w.get(), w.wo_a.bf16, G * ro, group_in, ro, true, 0.0f, z, stream_);
   }

@@ -204,7 +204,10 @@ class GpuModel {
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16 arithmetic; e4m3-stored weights
   // widened in registers) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
-  void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out);
+  // attn16 / attn16_exact (decode, FP8 wo_a): attn's bf16 bits and its per-row exactness (ops.h
+  // dense_linear_fp8).
+  void output_projection(const AttentionW& w, const float* attn, int64_t n, uint8_t* qa, float* sa, float* out,
+                         const uint16_t* attn16 = nullptr, const int32_t* attn16_exact = nullptr);
   void block_forward(const BlockW& w, int layer, GpuLayerCache& cache, const int32_t* ids,
                      int64_t start_pos, int64_t n, int64_t window_len, float* streams);
   // Prefill / forward attention (gpu_model_prefill_attn.cpp): the plain kernels (ops.h) or, on

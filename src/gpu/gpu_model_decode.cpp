@@ -365,7 +365,16 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   uint8_t* aws =
       grow(s.attn_ws, static_cast<int64_t>(decode_attend_workspace_bytes(attn_path_, split_rows, a.H, num_sms_)));
   decode_attend(attn_path_, a, n, split_rows, max_extra, num_sms_, step.pos, caches, aws, stream_);
-  // 5. Inverse RoPE, grouped wo_a (bf16), wo_b (FP8).
+  // 5. Inverse RoPE, grouped wo_a (bf16 arithmetic), wo_b (FP8). An FP8-stored wo_a takes attn
+  // as bf16 too, written by the inverse RoPE's launch (no x conversion per output tile).
+  if (w.wo_a.fp8() && n <= kDenseFp8MaxRows) {
+    uint16_t* attn16 = grow(s.attn16, n * H * d);
+    int32_t* exact = grow(s.attn16_exact, n * ((H * d + kBf16CopyFlagValues - 1) / kBf16CopyFlagValues));
+    decode_rope_inverse_bf16(attn, n, static_cast<int>(H), static_cast<int>(d), step.pos, rope, pairs, attn16, exact,
+                            stream_);
+    output_projection(w, attn, n, qa, sa, out, attn16, exact);
+    return;
+  }
   decode_rope_rows(attn, n * H, d, H, step.pos, rope, pairs, true, stream_);
   output_projection(w, attn, n, qa, sa, out);
 }

@@ -28,6 +28,8 @@ struct GpuModel::Workspace {
   DeviceBuffer<float> sa, sb, xs;
   DeviceBuffer<float> tq, q, tkv, kv, attn, z, cproj_kv, cproj_sc, iproj_kv, iproj_sc, iq, iw, scores;
   DeviceBuffer<uint16_t> wo_a_wide;  // an FP8 wo_a widened to bf16 for calls above kDenseFp8MaxRows rows
+  DeviceBuffer<uint16_t> attn16;     // decode: attn as bf16 for an FP8 wo_a, and its exactness flags
+  DeviceBuffer<int32_t> attn16_exact;
   DeviceBuffer<float> craw;  // the attention compressor's raw entries before the FP8 encode
   DeviceBuffer<float> ewts, g, u, h, routed, sg, su, sh, shared_out;
   DeviceBuffer<float> head_mix, head_y, head_n, head_logits, mtp_in, emb, embn, pe, hn, ph;

@@ -470,20 +470,22 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
 
 void dense_linear_fp8(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
                       int64_t out, int64_t in, int64_t out_per_group, bool round_bf16, float* y, cudaStream_t s,
-                      uint16_t* wide) {
+                      uint16_t* wide, const uint16_t* x16, const int32_t* x16_exact) {
   if (rows == 0) return;
   if (rows > kDenseFp8MaxRows && wide != nullptr) {
     widen_fp8_tiles(w, ws, out, in, wide, s);
     return dense_linear(x, rows, x_stride, wide, true, out, in, out_per_group, round_bf16, 0.0f, y, s);
   }
   prof::Launch pl("dense_linear (fp8 as bf16)",
-                  double(out) * in + double((out + 127) / 128) * (in / 128) + double(rows) * x_stride * 4 +
+                  double(out) * in + double((out + 127) / 128) * (in / 128) + double(rows) * x_stride * (x16 ? 2 : 4) +
                       double(rows) * out * 4,
                   s, [&] { return "rows=" + std::to_string(rows) + " out=" + std::to_string(out) + " in=" + std::to_string(in); });
-  const bool launched = mma::dense_fp8_as_bf16(x, rows, x_stride, w, ws, out, in, out_per_group, round_bf16, y, s);
+  const bool launched =
+      mma::dense_fp8_as_bf16(x, rows, x_stride, w, ws, out, in, out_per_group, round_bf16, y, s, x16, x16_exact,
+                             kBf16CopyFlagValues);
   DSV4_CHECK(launched, "dense_linear_fp8: weight [", out, ", ", in, "] in groups of ", out_per_group, " rows, x row stride ",
-             x_stride, ": needs in % 128 == 0, groups of a multiple of 16 rows, x_stride % 4 == 0 and 16-byte "
-             "aligned x / w");
+             x_stride, ": needs in % 128 == 0, groups of a multiple of 16 rows, x_stride % 4 == 0, 16-byte "
+             "aligned x / w / x16, and x16 with its exactness flags or neither");
 }
 
 bool dense_linear_fp8_accepts(int64_t out, int64_t in, int64_t out_per_group, int64_t x_stride) {

@@ -24,6 +24,7 @@
 
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/decode_ops.h"
 #include "gpu/linear_mma.h"
 #include "gpu/ops.h"
 
@@ -216,17 +217,30 @@ int main(int argc, char** argv) {
     fill_e8m0(ws.get(), sb * nc, 127 - 7, nullptr);
     fill_random_f32(x.get(), Mmax * xstride, 1.0f, 0.0f, 7, nullptr);
     round_bf16_values(x.get(), Mmax * xstride, nullptr);
-    for (int64_t M : Ms) {
-      const Timing t = time_graph(
-          [&](int i, cudaStream_t s) {
-            const int c = i % nc;
-            dense_linear_fp8(x.get(), M, xstride, w.get() + c * wb, ws.get() + c * sb, out, in, opg, true, y.get(), s,
-                             wide.get());
-          },
-          replays);
-      report("dense fp8", "wo_a fp8 grouped 4x1024x4096", M, double(wb + sb) + M * xstride * 4.0 + M * out * 4.0, t,
-             flops_of(M, out, in));
-    }
+    // x's bf16 copy with per-row flags, as the decode step hands it over (decode_rope_inverse_bf16;
+    // here with a rotation by angle 0: cos 1, sin 0, which keeps the bf16 values).
+    const int heads = 32, hd = 512, pairs = 32;
+    std::vector<float> unit(pairs * 2, 0.0f);
+    for (int p = 0; p < pairs; ++p) unit[2 * p] = 1.0f;
+    DeviceBuffer<float> table(unit.size());
+    CUDA_CHECK(cudaMemcpy(table.get(), unit.data(), unit.size() * sizeof(float), cudaMemcpyHostToDevice));
+    DeviceBuffer<int32_t> pos0(Mdecode), exact(Mdecode * (xstride / kBf16CopyFlagValues));
+    CUDA_CHECK(cudaMemset(pos0.get(), 0, Mdecode * sizeof(int32_t)));
+    DeviceBuffer<uint16_t> x16(Mdecode * xstride);
+    decode_rope_inverse_bf16(x.get(), Mdecode, heads, hd, pos0.get(), table.get(), pairs, x16.get(), exact.get(), nullptr);
+    for (const bool with16 : {false, true})
+      for (int64_t M : Ms) {
+        if (with16 && M > Mdecode) continue;
+        const Timing t = time_graph(
+            [&](int i, cudaStream_t s) {
+              const int c = i % nc;
+              dense_linear_fp8(x.get(), M, xstride, w.get() + c * wb, ws.get() + c * sb, out, in, opg, true, y.get(), s,
+                               wide.get(), with16 ? x16.get() : nullptr, with16 ? exact.get() : nullptr);
+            },
+            replays);
+        report("dense fp8", with16 ? "wo_a fp8+xbf16 4x1024x4096" : "wo_a fp8 grouped 4x1024x4096", M,
+               double(wb + sb) + M * xstride * (with16 ? 2.0 : 4.0) + M * out * 4.0, t, flops_of(M, out, in));
+      }
   }
   std::printf("\n");
 

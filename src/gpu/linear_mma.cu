@@ -109,6 +109,22 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
     }
   }
 
+  // kFp8AsBf16 with x16: fragment nf reads its activations from x16 when all its rows are bf16 values.
+  const uint16_t* xb16[NF];
+  bool x16_on[NF];
+#pragma unroll
+  for (int nf = 0; nf < NF; ++nf) {
+    const int64_t r = min(n0 + nf * 8 + g, a.rows - 1);
+    xb16[nf] = a.x16 + r * a.x_stride + grp * a.in + 32 * t;
+    bool ok = true;
+    if (WT == Wt::kFp8AsBf16 && a.x16 != nullptr) {  // the flag blocks over the group's values
+      const int64_t per_row = (a.x_stride + a.x16_flag_values - 1) / a.x16_flag_values;
+      for (int64_t c = grp * a.in / a.x16_flag_values; c <= ((grp + 1) * a.in - 1) / a.x16_flag_values; ++c)
+        ok = ok && a.x16_ok[r * per_row + c] != 0;
+    }
+    x16_on[nf] = WT == Wt::kFp8AsBf16 && a.x16 != nullptr && __all_sync(0xffffffffu, ok);
+  }
+
   bool nf_on[NF];  // warp-uniform: fragment nf holds at least one real row (dense skips the others)
 #pragma unroll
   for (int nf = 0; nf < NF; ++nf) nf_on[nf] = n0 + nf * 8 < a.rows;
@@ -206,6 +222,22 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
 #pragma unroll
         for (int nf = 0; nf < NF; ++nf) {
           if (!nf_on[nf]) continue;  // warp-uniform
+          if (x16_on[nf]) {  // the block's 32 values of the lane's row, as bf16 pairs: 64 bytes
+            uint4 xw[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) xw[q] = __ldg(reinterpret_cast<const uint4*>(xb16[nf] + kb * 128) + q);
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                const uint32_t w0 = word(av[u][mt][0], s), w1 = word(av[u][mt][1], s);
+                const uint32_t ab[4] = {f16x2_to_bf16x2(e4m3x2_to_f16x2(w0)), f16x2_to_bf16x2(e4m3x2_to_f16x2(w1)),
+                                        f16x2_to_bf16x2(e4m3x2_to_f16x2(w0 >> 16)),
+                                        f16x2_to_bf16x2(e4m3x2_to_f16x2(w1 >> 16))};
+                mma_bf16(acc[mt][nf], ab, word(xw, 2 * s), word(xw, 2 * s + 1));
+              }
+            continue;
+          }
           float4 xr[8];  // the fragment's x for the block: one L2 round trip, then f16 pairs
 #pragma unroll
           for (int q = 0; q < 8; ++q)
@@ -410,10 +442,10 @@ int choose_tile(const Args& a) {
   // gpu_linear_bench: wq_b 16384 × 1024 M = 1 11.5 → 8.9 µs). Dense (1,1) tiles run three CTAs
   // per SM (compressor 1024 × 4096 M = 1 8.8 → 7.6 µs, gate 256 × 4096 7.5 → 6.8).
   if (WT == Wt::kFp8 && a.rows <= 8) return a.in <= 1024 ? 12 : 0;
-  // e4m3-as-bf16 (wo_a): the fastest tile by rows in a sweep of gpu_linear_bench "wo_a fp8" on H200
-  // (docs/decode-linears.md, round 11: M = 1 / 4 / 8 / 16 / 32 / 64 → tiles 2 / 11 / 11 / 5 / 5 / 5).
+  // e4m3-as-bf16 (wo_a): the fastest tiles by rows for the decode step's form (x's bf16 copy) in a
+  // sweep of gpu_linear_bench "wo_a fp8" on H200 (docs/decode-linears.md, round 11).
   if (WT == Wt::kFp8AsBf16) {
-    const int pick = a.rows <= 2 ? 2 : a.rows <= 8 ? 11 : 5;
+    const int pick = a.rows <= 8 ? 2 : 5;
     if (tile_fits(kTiles[pick], a)) return pick;
   }
   static constexpr int kLin8[] = {5, 2, 0}, kDense[] = {7, 9, 5, 2, 13};
@@ -480,14 +512,15 @@ bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* 
 }
 
 bool dense_fp8_as_bf16(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
-                       int64_t out, int64_t in, int64_t opg, bool round_bf16, float* y, cudaStream_t s) {
+                       int64_t out, int64_t in, int64_t opg, bool round_bf16, float* y, cudaStream_t s,
+                       const uint16_t* x16, const int32_t* x16_ok, int64_t flag_values) {
   if (opg <= 0) opg = out;
   if (!dense_fp8_as_bf16_accepts(out, in, opg, x_stride) || !aligned16(x) || !aligned16(w) || ws == nullptr ||
-      rows <= 0)
+      rows <= 0 || (x16 == nullptr) != (x16_ok == nullptr) || !aligned16(x16) || (x16 != nullptr && flag_values <= 0))
     return false;
   const Args a{.x = x, .xs = nullptr, .x_row_div = 1, .x_stride = x_stride, .w = w, .ws = ws, .rows = rows,
                .out = out, .in = in, .opg = opg, .tiles_per_group = 1, .round = round_bf16, .post_scale = 0.0f,
-               .y = y};
+               .y = y, .x16 = x16, .x16_ok = x16_ok, .x16_flag_values = flag_values};
   return dispatch<Wt::kFp8AsBf16>(a, s);
 }
 

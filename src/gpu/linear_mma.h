@@ -32,8 +32,13 @@ bool dense_bf16(const float* x, int64_t rows, int64_t x_stride, const uint16_t* 
 // in/128] per 128×128 tile, each weight used as bf16(code·scale) (the reference's wo_a): the
 // same bits as dense_bf16 on the weight widened that way, from half its bytes. No post_scale.
 // Accepts what dense_fp8_as_bf16_accepts says (the shape) with 16-byte aligned x / w.
+// x16 / x16_ok (optional, both or neither): x's bf16 bits with the same layout, and per row and
+// block of flag_values values whether x is bf16-valued there (x16_ok [rows, ceil(x_stride /
+// flag_values)]; decode_rope_inverse_bf16 writes both); fragments whose rows are, over the group's
+// values, read x16 (2 bytes a value, no conversion), the others x. Same bits either way.
 bool dense_fp8_as_bf16(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
-                       int64_t out, int64_t in, int64_t opg, bool round_bf16, float* y, cudaStream_t s);
+                       int64_t out, int64_t in, int64_t opg, bool round_bf16, float* y, cudaStream_t s,
+                       const uint16_t* x16 = nullptr, const int32_t* x16_ok = nullptr, int64_t flag_values = 0);
 // Whether dense_fp8_as_bf16 takes this shape: dense_bf16's rules (in % 128 == 0, x_stride % 4 == 0,
 // out % opg == 0, groups of a multiple of 16 rows; opg ≤ 0 means out). Tiles then start at
 // multiples of 16 rows, so no 16-row MMA tile straddles a 128-row scale block.

@@ -36,6 +36,12 @@ struct Args {
   float* y;            // [rows, out]
   // nseg > 0: several weights over the same x; seg[j] owns tiles [tile0, next tile0) of blockIdx.y
   // and replaces w / out / opg / y / round / post_scale for them.
+  // kFp8AsBf16, optional: x's bf16 bits [rows, x_stride] and, per row and block of x16_flag_values
+  // values, whether x is bf16-valued there (x16_ok [rows, ceil(x_stride / x16_flag_values)]);
+  // fragments whose rows all are, over the group's values, take their activations from x16.
+  const uint16_t* x16;
+  const int32_t* x16_ok;
+  int64_t x16_flag_values;
   bool prefetch;       // launched under programmatic dependent launch: prefetch weights before pdl_wait
   int nseg;
   struct Seg {

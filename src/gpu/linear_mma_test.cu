@@ -552,6 +552,30 @@ TEST(DenseFp8Test, EqualsTheWidenedWeightBitForBitOnEveryTile) {
               << " tile " << t;
         }
         mma::force_tile(-1);
+        // With x's bf16 copy and per-row flags (decode_rope_inverse_bf16's output): rows of bf16
+        // values are read from it (fragments of such rows only; fp32 x rows are flagged 0), the
+        // same bits.
+        const int64_t per_row = (xstride + kBf16CopyFlagValues - 1) / kBf16CopyFlagValues;
+        std::vector<uint16_t> x16(rows * xstride, 0);
+        std::vector<int32_t> ok(rows * per_row, 1);
+        const std::vector<float>& xh = fp32_x ? xf : (rows % 2 ? xe : xb);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < xstride; ++i) {
+            const float v = xh[r * xstride + i];
+            x16[r * xstride + i] = numerics::float_to_bf16_bits(v);
+            if (numerics::round_bf16(v) != v) ok[r * per_row + i / kBf16CopyFlagValues] = 0;
+          }
+        auto dx16 = to_device(x16);
+        auto dok = to_device(ok);
+        for (const int t : {-1, 0, 2, 5, 11}) {
+          mma::force_tile(t);
+          dense_linear_fp8(x, rows, xstride, dw.get(), ds.get(), sh.out, sh.in, sh.opg, !fp32_x, got_d.get(), nullptr,
+                           nullptr, dx16.get(), dok.get());
+          const auto got = got_d.download();
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+              << "x16: out " << sh.out << " rows " << rows << " fp32 x " << fp32_x << " tile " << t;
+        }
+        mma::force_tile(-1);
         // With a scratch: above kDenseFp8MaxRows the widened weight's GEMM path, below the same.
         dense_linear_fp8(x, rows, xstride, dw.get(), ds.get(), sh.out, sh.in, sh.opg, !fp32_x, got_d.get(), nullptr,
                          wide.get());

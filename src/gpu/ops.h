@@ -53,11 +53,16 @@ void dense_linear(const float* x, int64_t rows, int64_t x_stride, const void* w,
 // bits as dense_linear on the weight widened that way (wo_a; half the bytes). No post_scale.
 // Above kDenseFp8MaxRows rows, with `wide` (scratch of out·in bf16) given, the weight is widened
 // into it (widen_fp8_tiles) and dense_linear runs on it: the GEMM-sized path, same bits.
+// x16 / x16_exact (optional, both or neither; decode_rope_inverse_bf16 writes them): x's bf16 bits
+// [rows, x_stride] and, per row and block of kBf16CopyFlagValues values, whether x is bf16-valued
+// there (x16_exact [rows, ceil(x_stride / kBf16CopyFlagValues)], nonzero: yes); fragments whose
+// rows are, over the group's values, read x16 (2 bytes a value, no conversion); same bits.
 // Throws (naming the shape) when dense_linear_fp8_accepts is false for it.
 constexpr int64_t kDenseFp8MaxRows = 64;
+constexpr int64_t kBf16CopyFlagValues = 1024;
 void dense_linear_fp8(const float* x, int64_t rows, int64_t x_stride, const uint8_t* w, const uint8_t* ws,
                       int64_t out, int64_t in, int64_t out_per_group, bool round_bf16, float* y, cudaStream_t s,
-                      uint16_t* wide = nullptr);
+                      uint16_t* wide = nullptr, const uint16_t* x16 = nullptr, const int32_t* x16_exact = nullptr);
 bool dense_linear_fp8_accepts(int64_t out, int64_t in, int64_t out_per_group, int64_t x_stride);
 // dst [out, in] bf16 = bf16(code·scale) of e4m3 w [out, in] with E8M0 ws [ceil(out/128),
 // in/128] (the checkpoint loader's widening, bit for bit). in % 16 == 0, 16-byte aligned w / dst.
