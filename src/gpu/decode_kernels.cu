@@ -48,11 +48,6 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t stride, int64_t rows
 // rope_pair) and stored back; every float4 goes to x16 as two bf16 pairs; the block ANDs whether its
 // values are bf16 values into exact[row, c].
 constexpr int kRopeBf16Threads = int(kBf16CopyFlagValues / 4);
-// The bf16 bits of (lo, hi) in one word, lo in the low half (truncation: exact for bf16 values).
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
-}
-__device__ __forceinline__ bool is_bf16_value(float v) { return (__float_as_uint(v) & 0xffffu) == 0; }
 __global__ void __launch_bounds__(kRopeBf16Threads) rope_inverse_bf16_kernel(float* x, int H, int d,
                                                                            const int32_t* __restrict__ positions,
                                                                            const float* __restrict__ table, int pairs,
@@ -77,7 +72,8 @@ __global__ void __launch_bounds__(kRopeBf16Threads) rope_inverse_bf16_kernel(flo
       xr[k] = v;
     }
     ok = is_bf16_value(v.x) && is_bf16_value(v.y) && is_bf16_value(v.z) && is_bf16_value(v.w);
-    reinterpret_cast<uint2*>(x16 + row * H * d)[k] = make_uint2(bf16x2_bits(v.x, v.y), bf16x2_bits(v.z, v.w));
+    reinterpret_cast<uint2*>(x16 + row * H * d)[k] =
+        make_uint2(bf16_bits(v.x) | uint32_t{bf16_bits(v.y)} << 16, bf16_bits(v.z) | uint32_t{bf16_bits(v.w)} << 16);
   }
   ok = __syncthreads_and(ok);
   if (threadIdx.x == 0) exact[row * gridDim.x + blockIdx.x] = ok ? 1 : 0;
@@ -196,11 +192,11 @@ void decode_rope_inverse_bf16(float* x, int64_t rows, int H, int d, const int32_
   DSV4_CHECK(d % 4 == 0 && pairs % 2 == 0 && 2 * pairs <= d && aligned16(x) && aligned16(x16),
              "decode_rope_inverse_bf16: head dim ", d, ", ", pairs, " rotary pairs (needs d % 4 == 0, even pairs, "
              "16-byte aligned buffers)");
+  DSV4_CHECK(rows <= 65535, "decode_rope_inverse_bf16: ", rows, " rows > 65535");
   if (rows == 0) return;
   prof::Launch pl("decode_rope (inverse) + bf16", double(rows) * H * d * (4 + 2) + double(rows) * H * pairs * 12, s,
                   [&] { return "rows=" + std::to_string(rows) + " H=" + std::to_string(H) + " d=" + std::to_string(d); });
   const int64_t chunks = (int64_t(H) * d + kBf16CopyFlagValues - 1) / kBf16CopyFlagValues;
-  DSV4_CHECK(rows <= 65535, "decode_rope_inverse_bf16: ", rows, " rows > 65535");
   launch_pdl(rope_inverse_bf16_kernel, dim3(unsigned(chunks), unsigned(rows)), kRopeBf16Threads, 0, s, x, H, d, pos,
              table, pairs, x16, exact);
 }

@@ -1,21 +1,13 @@
-// Batched decode tests: (a) every decode_ops.h kernel against its host-position kernel in
-// ops.h run once per row (fresh random inputs, random per-row positions: entries emitted or
-// not, positions inside and past the window), bitwise; (b) GpuModel::decode on the golden
-// tiny checkpoints (and a dummy model wide enough for the grouped FP4 MoE) against
-// per-sequence forward(), and CUDA-graph replay (with padding) against eager decode, bitwise.
-// With the sm_90a decode attention (GpuModel::decode_attn_path() == kSm90: tensor-core
-// attention and indexer, not bitwise) decode is checked against forward() statistically with
-// the golden tier-B limits (rel p50 ≤ 0.35, p90 ≤ 1.3, argmax agreement ≥ 0.72: ulp-level
-// differences flip indexer top-k sets and FP8/FP4 scales in these random tiny models, see
-// tests/data/golden/README.md), while graph replay must still equal eager decode bit for bit.
-// Skips when no CUDA device is present.
+// Batched decode kernels: every decode_ops.h kernel against its host-position kernel in ops.h
+// run once per row (fresh random inputs, random per-row positions: entries emitted or not,
+// positions inside and past the window), bitwise. The model-level decode tests are in
+// gpu_model_decode_test.cpp. Skips when no CUDA device is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,8 +21,6 @@
 
 namespace dsv4::gpu {
 namespace {
-namespace fs = std::filesystem;
-
 // Random values that are exact in bf16.
 std::vector<float> random_values(size_t n, float std, uint64_t seed, float mean = 0.0f) {
   std::mt19937_64 rng(seed);
@@ -47,7 +37,7 @@ std::vector<float> random_values(size_t n, float std, uint64_t seed, float mean 
 }
 
 // The bf16 bit patterns of random_values (exact).
-std::vector<uint16_t> random_bf16(size_t n, float std, uint64_t seed) {
+std::vector<uint16_t> random_bf16_bits(size_t n, float std, uint64_t seed) {
   const std::vector<float> v = random_values(n, std, seed);
   std::vector<uint16_t> b(n);
   for (size_t i = 0; i < n; ++i) {
@@ -56,11 +46,6 @@ std::vector<uint16_t> random_bf16(size_t n, float std, uint64_t seed) {
     b[i] = static_cast<uint16_t>(bits >> 16);
   }
   return b;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 std::vector<int32_t> as_i32(const std::vector<int>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
@@ -80,21 +65,6 @@ std::vector<uint8_t> fp8_cache(const std::vector<float>& rows) {
     kv_encode_entry_host(rows.data() + e * kKvDim, c.data() + kv_cache_data_offset(e), c.data() + kv_cache_scale_offset(e));
   return c;
 }
-
-// The bytes of entries [0, count) of an FP8 cache buffer (data then scales, entry by entry).
-std::vector<uint8_t> fp8_entries(const DeviceBuffer<uint8_t>& buf, int64_t count) {
-  const std::vector<uint8_t> v = buf.download();
-  std::vector<uint8_t> out;
-  for (int64_t e = 0; e < count; ++e) {
-    const uint8_t* d = v.data() + kv_cache_data_offset(e);
-    const uint8_t* s = v.data() + kv_cache_scale_offset(e);
-    out.insert(out.end(), d, d + kKvEntryData);
-    out.insert(out.end(), s, s + kKvEntryScales);
-  }
-  return out;
-}
-
-// ---- (a) kernels ------------------------------------------------------------------------
 
 TEST(DecodeKernels, RopeMatchesPerRowRope) {
   SKIP_WITHOUT_GPU();
@@ -202,7 +172,7 @@ TEST_P(DecodeCompressorTest, MatchesStepAndFinishPerRow) {
     ref_sc.push_back(to_device(s0));
     DecodeCompressorCache c{.state_kv = st_kv.back().get(), .state_score = st_sc.back().get()};
     if (cc.indexer) {
-      const auto e0 = random_bf16(entries * cc.h, 1.0f, 300 + b);
+      const auto e0 = random_bf16_bits(entries * cc.h, 1.0f, 300 + b);
       ent.push_back(to_device(e0));
       ref_ent.push_back(to_device(e0));
       c.keys = ent.back().get();
@@ -276,7 +246,7 @@ TEST_P(DecodeCompressorTest, ChunkedStepMatchesTokenByToken) {
   DeviceBuffer<uint8_t> cache, ref_cache;
   auto raw = to_device(std::vector<float>(static_cast<size_t>(entries * cc.h)));
   if (cc.indexer) {
-    const auto e0 = random_bf16(entries * cc.h, 1.0f, 27);
+    const auto e0 = random_bf16_bits(entries * cc.h, 1.0f, 27);
     keys = to_device(e0);
     ref_keys = to_device(e0);
   } else {
@@ -340,7 +310,7 @@ TEST(DecodeKernels, IndexTopkMatchesPerRow) {
     std::vector<DeviceBuffer<uint16_t>> keys;
     std::vector<DecodeLayerCache> table_host(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
-      keys.push_back(to_device(random_bf16(entries * dh, 0.2f, 400 + b + k)));
+      keys.push_back(to_device(random_bf16_bits(entries * dh, 0.2f, 400 + b + k)));
       table_host[b].index.keys = keys.back().get();
     }
     const auto caches = to_device(table_host);
@@ -451,175 +421,6 @@ TEST(DecodeKernels, SparseAttentionAndRingMatchPerRow) {
         EXPECT_TRUE(same_bits(ring[b].download(), ring_ref[b].download())) << "ring row " << b;
     }
   }
-}
-
-// ---- (b) models -------------------------------------------------------------------------
-
-fs::path golden_dir() {
-  if (const char* env = std::getenv("DSV4_GOLDEN_DIR"); env != nullptr && *env != '\0') return env;
-  if (fs::exists(DSV4_GOLDEN_DIR)) return DSV4_GOLDEN_DIR;
-  return fs::path("tests") / "data" / "golden";
-}
-
-// eval::row_rel_error: max |engine − ref| / sd(ref).
-double row_rel(const float* got, const float* want, int64_t n) {
-  double mean = 0, var = 0, worst = 0;
-  for (int64_t i = 0; i < n; ++i) mean += want[i];
-  mean /= double(n);
-  for (int64_t i = 0; i < n; ++i) {
-    var += (want[i] - mean) * (want[i] - mean);
-    if (!std::isfinite(got[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-  }
-  return worst / std::sqrt(var / double(n - 1));
-}
-
-int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
-
-// Per-row agreement of decode with forward on the sm_90a path (tier-B statistics).
-struct RelStats {
-  std::vector<double> rel;
-  int agree = 0;
-  double quantile(double q) const {
-    std::vector<double> v = rel;
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(std::max(0.0, std::ceil(q * double(v.size())) - 1))];
-  }
-};
-
-// Prefills three copies of B sequences (prompt lengths `lens`), then per step compares
-// per-sequence forward() (ref), eager decode() and graph decode() (graphs up to 8 captured).
-// Bitwise against forward on the plain attention path; else rows collected into `stats`.
-void expect_decode_matches_forward(GpuModel& m, const std::vector<int>& lens, int steps, RelStats* stats = nullptr) {
-  const bool bitwise = m.decode_attn_path() == DecodeAttnPath::kPlain;
-  const int64_t B = static_cast<int64_t>(lens.size()), V = m.config().vocab_size;
-  m.enable_decode_graphs(8);
-  std::vector<GpuSequenceState> ref, eag, gra;
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<int32_t> prompt(static_cast<size_t>(lens[b]));
-    for (int i = 0; i < lens[b]; ++i) prompt[i] = static_cast<int32_t>((i * 37 + b * 11 + 3) % V);
-    for (auto* set : {&ref, &eag, &gra}) {
-      set->push_back(m.new_sequence());
-      m.forward(set->back(), prompt, false, lens[b], false);
-    }
-  }
-  std::vector<GpuSequenceState*> eag_p, gra_p;
-  for (int64_t b = 0; b < B; ++b) {
-    eag_p.push_back(&eag[b]);
-    gra_p.push_back(&gra[b]);
-  }
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> toks(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) toks[b] = static_cast<int32_t>((s * 101 + b * 7 + 5) % V);
-    std::vector<float> want(static_cast<size_t>(B * V)), eager(want.size()), graph(want.size());
-    for (int64_t b = 0; b < B; ++b) {
-      const auto out = m.forward(ref[b], std::span(&toks[b], 1), false, 0, false);
-      std::copy(out.logits.begin(), out.logits.end(), want.begin() + b * V);
-    }
-    m.decode(eag_p, toks, eager, GpuModel::DecodeMode::kEager);
-    m.decode(gra_p, toks, graph, GpuModel::DecodeMode::kAuto);
-    // Non-trivial logits: finite, not all equal.
-    bool finite = true, varied = false;
-    for (float v : want) finite = finite && std::isfinite(v);
-    for (int64_t i = 1; i < V; ++i) varied = varied || want[i] != want[0];
-    EXPECT_TRUE(finite && varied) << "step " << s;
-    for (int64_t b = 0; b < B; ++b) {
-      if (bitwise) {
-        EXPECT_EQ(0, std::memcmp(eager.data() + b * V, want.data() + b * V, V * sizeof(float)))
-            << "eager decode vs forward: B=" << B << " step " << s << " row " << b << " (prompt " << lens[b] << ")";
-      } else if (stats != nullptr) {
-        stats->rel.push_back(row_rel(eager.data() + b * V, want.data() + b * V, V));
-        stats->agree += argmax(eager.data() + b * V, V) == argmax(want.data() + b * V, V);
-      }
-      EXPECT_EQ(0, std::memcmp(graph.data() + b * V, eager.data() + b * V, V * sizeof(float)))
-          << "graph decode vs eager: B=" << B << " step " << s << " row " << b;
-    }
-  }
-  EXPECT_GE(m.decode_graphs_captured(), 1);
-  // The sequences' device state after the steps, too: windows, compressor states and the
-  // written entries (the rest of an entry buffer is uninitialized memory), byte for byte.
-  const auto& cfg = m.config();
-  auto prefix = [](const auto& buf, int64_t count) {
-    auto v = buf.download();
-    v.resize(static_cast<size_t>(count));
-    return v;
-  };
-  for (int64_t b = 0; b < B; ++b) {
-    EXPECT_EQ(eag[b].length, ref[b].length);
-    EXPECT_EQ(gra[b].length, ref[b].length);
-    for (int l = 0; l < cfg.num_layers(); ++l) {
-      // Plain path: everything equals forward()'s state. sm90: later layers' inputs differ from
-      // forward()'s, so the graph's state must equal eager decode's instead.
-      const GpuLayerCache &r = bitwise ? ref[b].layers[l] : eag[b].layers[l], &e = eag[b].layers[l],
-                          &g = gra[b].layers[l];
-      const std::string at = " b" + std::to_string(b) + " l" + std::to_string(l);
-      EXPECT_TRUE(same_bits(e.window.download(), r.window.download())) << "window" << at;
-      EXPECT_TRUE(same_bits(g.window.download(), r.window.download())) << "window" << at;
-      const int ratio = cfg.compress_ratio(l);
-      if (ratio == 0) continue;
-      const int64_t entries = ref[b].length / ratio;
-      EXPECT_TRUE(same_bits(fp8_entries(e.compressed, entries), fp8_entries(r.compressed, entries))) << "compressed" << at;
-      EXPECT_TRUE(same_bits(fp8_entries(g.compressed, entries), fp8_entries(r.compressed, entries))) << "compressed" << at;
-      EXPECT_TRUE(same_bits(e.comp_kv.download(), r.comp_kv.download())) << "comp_kv" << at;
-      EXPECT_TRUE(same_bits(g.comp_score.download(), r.comp_score.download())) << "comp_score" << at;
-      if (!r.index_keys.empty()) {
-        const int64_t ni = entries * cfg.index_head_dim;
-        EXPECT_TRUE(same_bits(prefix(e.index_keys, ni), prefix(r.index_keys, ni))) << "index_keys" << at;
-        EXPECT_TRUE(same_bits(prefix(g.index_keys, ni), prefix(r.index_keys, ni))) << "index_keys" << at;
-        EXPECT_TRUE(same_bits(g.index_kv.download(), r.index_kv.download())) << "index_kv" << at;
-      }
-    }
-  }
-}
-
-// Prompt lengths per batch size: entries emitted or not during the steps, positions inside
-// and past the 128-token window, a ratio-128 boundary (127, 255) crossed.
-std::vector<int> lens_for(int B) {
-  const std::vector<int> all = {126, 1, 5, 30, 127, 130, 200, 252};
-  return std::vector<int>(all.begin(), all.begin() + B);
-}
-
-class DecodeGoldenModel : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(DecodeGoldenModel, DecodeEqualsForwardAndGraphEqualsEager) {
-  SKIP_WITHOUT_GPU();
-  const fs::path dir = golden_dir() / GetParam();
-  ASSERT_TRUE(fs::exists(dir / "config.json")) << dir;
-  auto m = GpuModel::load(dir, GpuModelOptions{.max_seq_len = 512, .plain_decode_attention = true});
-  ASSERT_EQ(m->decode_attn_path(), DecodeAttnPath::kPlain);
-  for (int B : {1, 3, 8}) expect_decode_matches_forward(*m, lens_for(B), 6);
-}
-
-// The model's own decode attention path (sm_90a on H200): tier-B statistics against forward(),
-// graph replay bitwise against eager decode.
-TEST_P(DecodeGoldenModel, Sm90DecodeAgreesWithForwardAndGraphEqualsEager) {
-  SKIP_WITHOUT_GPU();
-  const fs::path dir = golden_dir() / GetParam();
-  ASSERT_TRUE(fs::exists(dir / "config.json")) << dir;
-  auto m = GpuModel::load(dir, GpuModelOptions{.max_seq_len = 512});
-  if (m->decode_attn_path() == DecodeAttnPath::kPlain) GTEST_SKIP() << "no sm_90 decode attention on this device";
-  RelStats st;
-  for (int B : {1, 3, 8}) expect_decode_matches_forward(*m, lens_for(B), 6, &st);
-  const double p50 = st.quantile(0.5), p90 = st.quantile(0.9), agree = double(st.agree) / double(st.rel.size());
-  std::printf("[sm90 decode vs forward] %s: %zu rows, rel p50 %.4g p90 %.4g max %.4g, argmax agreement %.3f\n",
-              GetParam().c_str(), st.rel.size(), p50, p90, st.quantile(1.0), agree);
-  EXPECT_LE(p50, 0.35);
-  EXPECT_LE(p90, 1.3);
-  EXPECT_GE(agree, 0.72);
-}
-
-INSTANTIATE_TEST_SUITE_P(Golden, DecodeGoldenModel, ::testing::Values("tiny-c4", "tiny-calm", "tiny-c4-w16"));
-
-// Hidden and expert widths of 256 so the grouped FP4 MoE (sm90) runs: its rows must not
-// depend on the batch either.
-TEST(DecodeDummyModel, GroupedMoeDecodeEqualsForward) {
-  SKIP_WITHOUT_GPU();
-  auto cfg = model::ModelConfig::from_file(golden_dir() / "tiny-c4" / "config.json");
-  cfg.hidden_size = 256;
-  cfg.moe_intermediate_size = 256;
-  auto m = GpuModel::dummy(cfg, 77, GpuModelOptions{.max_seq_len = 512, .plain_decode_attention = true});
-  expect_decode_matches_forward(*m, lens_for(8), 5);
-  expect_decode_matches_forward(*m, lens_for(3), 3);
 }
 
 }  // namespace

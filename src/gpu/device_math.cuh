@@ -19,6 +19,9 @@ __device__ __forceinline__ float round_bf16(float f) {
   return __uint_as_float((u >> 16) << 16);
 }
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
+// The bits of a bf16 value held in a float (truncation: exact when is_bf16_value).
+__device__ __forceinline__ uint16_t bf16_bits(float bf16_value) { return uint16_t(__float_as_uint(bf16_value) >> 16); }
+__device__ __forceinline__ bool is_bf16_value(float v) { return (__float_as_uint(v) & 0xffffu) == 0; }
 
 // Whether p is 16-byte aligned (float4 / uint4 access); host and device.
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

@@ -1,5 +1,5 @@
 // Helpers shared by the GPU kernel tests (test-only): skip without a device, random bf16-valued
-// inputs, bf16 uploads, relative error.
+// inputs, bf16 uploads, relative error, bitwise equality, FP8 cache entries.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "gpu/cuda_check.h"
+#include "gpu/kv_fp8.h"
 #include "numerics/formats.h"
 
 #define SKIP_WITHOUT_GPU() \
@@ -40,6 +42,25 @@ inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = numerics::float_to_bf16_bits(v[i]);
   return b;
+}
+
+// Whether a and b hold the same bytes.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// The bytes of entries [0, count) of an FP8 cache buffer (data then scales, entry by entry).
+inline std::vector<uint8_t> fp8_entries(const DeviceBuffer<uint8_t>& buf, int64_t count) {
+  const std::vector<uint8_t> v = buf.download();
+  std::vector<uint8_t> out;
+  for (int64_t e = 0; e < count; ++e) {
+    const uint8_t* d = v.data() + kv_cache_data_offset(e);
+    const uint8_t* s = v.data() + kv_cache_scale_offset(e);
+    out.insert(out.end(), d, d + kKvEntryData);
+    out.insert(out.end(), s, s + kKvEntryScales);
+  }
+  return out;
 }
 
 }  // namespace dsv4::gpu

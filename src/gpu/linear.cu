@@ -11,10 +11,6 @@
 // to cpu::Fp8Linear. Lin4 does four 32-wide blocks per iteration (8 lanes each) and adds them
 // in order. Dense linears accumulate in double and round once (like the CPU, up to the last
 // bit of a double). Shapes: x [rows, in], y [rows, out]; see ops.h.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -349,8 +345,8 @@ __global__ void __launch_bounds__(256) rms_norm_vec_kernel(const float* __restri
 }
 
 // Thread i widens codes [16i, 16i + 16) of the row-major [out, in] weight (in % 16 == 0: one row,
-// one 128-column block) to bf16(code·scale), the loader's formula: the fp32 product is exact and
-// both round it to nearest even.
+// one 128-column block) to bf16(code·scale) with the loader's formula and rounding
+// (numerics::float_to_bf16_bits of e4m3_to_float(code)·e8m0_to_float(scale), here round_bf16).
 __global__ void __launch_bounds__(256) widen_fp8_tiles_kernel(const uint8_t* __restrict__ w,
                                                               const uint8_t* __restrict__ ws, int64_t in,
                                                               int64_t vecs, uint16_t* __restrict__ dst) {
@@ -362,14 +358,13 @@ __global__ void __launch_bounds__(256) widen_fp8_tiles_kernel(const uint8_t* __r
   const float sc = e8m0_to_float(ws[(o / 128) * ((in + 127) / 128) + c / 128]);
   const uint4 v = reinterpret_cast<const uint4*>(w)[i];
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  uint32_t r[8];
+  uint32_t r[8];  // r[j]: codes 2j (low half) and 2j + 1
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t pair = words[j / 2] >> (16 * (j % 2));
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(__half2float(__ushort_as_half(h.x)) * sc,
-                                                   __half2float(__ushort_as_half(h.y)) * sc);
-    r[j] = *reinterpret_cast<const uint32_t*>(&b);
+    const uint16_t lo = bf16_bits(round_bf16(e4m3_to_float(uint8_t(pair)) * sc));
+    const uint16_t hi = bf16_bits(round_bf16(e4m3_to_float(uint8_t(pair >> 8)) * sc));
+    r[j] = lo | uint32_t{hi} << 16;
   }
   uint4* d = reinterpret_cast<uint4*>(dst) + 2 * i;
   d[0] = make_uint4(r[0], r[1], r[2], r[3]);

@@ -116,13 +116,14 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
   for (int nf = 0; nf < NF; ++nf) {
     const int64_t r = min(n0 + nf * 8 + g, a.rows - 1);
     xb16[nf] = a.x16 + r * a.x_stride + grp * a.in + 32 * t;
-    bool ok = true;
-    if (WT == Wt::kFp8AsBf16 && a.x16 != nullptr) {  // the flag blocks over the group's values
+    x16_on[nf] = false;
+    if (WT == Wt::kFp8AsBf16 && a.x16 != nullptr) {  // warp-uniform; the flag blocks over the group's values
       const int64_t per_row = (a.x_stride + a.x16_flag_values - 1) / a.x16_flag_values;
+      bool ok = true;
       for (int64_t c = grp * a.in / a.x16_flag_values; c <= ((grp + 1) * a.in - 1) / a.x16_flag_values; ++c)
         ok = ok && a.x16_ok[r * per_row + c] != 0;
+      x16_on[nf] = __all_sync(0xffffffffu, ok);
     }
-    x16_on[nf] = WT == Wt::kFp8AsBf16 && a.x16 != nullptr && __all_sync(0xffffffffu, ok);
   }
 
   bool nf_on[NF];  // warp-uniform: fragment nf holds at least one real row (dense skips the others)
@@ -201,11 +202,9 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
         // differs it is multiplied by 2^(e_old − e_new), exact while it stays a normal fp32 value.
         // An MMA's fp32 result scales exactly with its inputs (the same aligned sum, shifted), so
         // every accumulator ends with the bits of the widened bf16 weight's MMA chain.
-        // A fragment's block of activations goes in as f16 when all of the warp's are f16 values
-        // (bf16 values of exponent −17..15: all the model passes), else — rare — as the bf16
-        // hi + lo split with bf16 weights, in the same units (an MMA gives the same fp32 sum for
-        // the same exact products in either type). Each accumulator sees steps 0..7 of each block
-        // in order, as on the dense path.
+        // The weights enter as bf16 (exact); the activations come from x16 where it is given and
+        // flagged, else from x split as the dense path splits it. Each accumulator sees steps
+        // 0..7 of each block in order, as on the dense path.
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const int e = __ldg(a.ws + srow[mt] + kb);
@@ -231,45 +230,24 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
                 const uint32_t w0 = word(av[u][mt][0], s), w1 = word(av[u][mt][1], s);
-                const uint32_t ab[4] = {f16x2_to_bf16x2(e4m3x2_to_f16x2(w0)), f16x2_to_bf16x2(e4m3x2_to_f16x2(w1)),
-                                        f16x2_to_bf16x2(e4m3x2_to_f16x2(w0 >> 16)),
-                                        f16x2_to_bf16x2(e4m3x2_to_f16x2(w1 >> 16))};
+                const uint32_t ab[4] = {e4m3x2_to_bf16x2(w0), e4m3x2_to_bf16x2(w1), e4m3x2_to_bf16x2(w0 >> 16),
+                                        e4m3x2_to_bf16x2(w1 >> 16)};
                 mma_bf16(acc[mt][nf], ab, word(xw, 2 * s), word(xw, 2 * s + 1));
               }
             continue;
           }
-          float4 xr[8];  // the fragment's x for the block: one L2 round trip, then f16 pairs
 #pragma unroll
-          for (int q = 0; q < 8; ++q)
-            xr[q] = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + q);
-          uint32_t xh[16];  // words 2s, 2s + 1 for step s
-          bool exact = true;
-#pragma unroll
-          for (int q = 0; q < 8; ++q) {
-            xh[2 * q] = pack_f16(xr[q].x, xr[q].y);
-            xh[2 * q + 1] = pack_f16(xr[q].z, xr[q].w);
-            exact = exact && f16x2_is(xh[2 * q], xr[q].x, xr[q].y) && f16x2_is(xh[2 * q + 1], xr[q].z, xr[q].w);
-          }
-          const bool f16_path = __all_sync(0xffffffffu, exact);
-#pragma unroll
-          for (int s = 0; s < 8; ++s) {
+          for (int s = 0; s < 8; ++s) {  // x as the dense path splits it: bf16 hi + lo
+            const float4 v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + s);
+            const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
+            const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
+            const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
+            const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               const uint32_t w0 = word(av[u][mt][0], s), w1 = word(av[u][mt][1], s);
-              const uint32_t af[4] = {e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w1), e4m3x2_to_f16x2(w0 >> 16),
-                                      e4m3x2_to_f16x2(w1 >> 16)};
-              if (f16_path) {
-                mma_f16(acc[mt][nf], af, xh[2 * s], xh[2 * s + 1]);
-                continue;
-              }
-              // (x reloaded: the block's fp32 x need not stay in registers for this rare path)
-              const float4 v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(xb[nf]) + kb * 128) + s);
-              const uint32_t h0 = pack_bf16(v.x, v.y), h1 = pack_bf16(v.z, v.w);
-              const uint32_t l0 = pack_bf16(v.x - __uint_as_float(h0 << 16), v.y - __uint_as_float(h0 & 0xffff0000u));
-              const uint32_t l1 = pack_bf16(v.z - __uint_as_float(h1 << 16), v.w - __uint_as_float(h1 & 0xffff0000u));
-              const bool lo = __any_sync(0xffffffffu, (l0 | l1) != 0u);
-              const uint32_t ab[4] = {f16x2_to_bf16x2(af[0]), f16x2_to_bf16x2(af[1]), f16x2_to_bf16x2(af[2]),
-                                      f16x2_to_bf16x2(af[3])};
+              const uint32_t ab[4] = {e4m3x2_to_bf16x2(w0), e4m3x2_to_bf16x2(w1), e4m3x2_to_bf16x2(w0 >> 16),
+                                      e4m3x2_to_bf16x2(w1 >> 16)};
               mma_bf16(acc[mt][nf], ab, h0, h1);
               if (lo) mma_bf16(acc[mt][nf], ab, l0, l1);
             }

@@ -17,8 +17,8 @@ namespace dsv4::gpu::mma::detail {
 constexpr int kWarps = 8;
 
 // kFp8: lin8 (e4m3 weights × Q8 activations). kBf16: dense (bf16 weights × fp32 activations).
-// kFp8AsBf16: dense arithmetic on e4m3 weights with E8M0 128×128 tile scales, each weight taken as
-// bf16(code·scale) in registers (wo_a: half the bytes of the widened bf16 copy, the same bits).
+// kFp8AsBf16: dense arithmetic on e4m3 weights with E8M0 128×128 tile scales, the result of
+// bf16(code·scale) weights (wo_a: half the bytes of the widened bf16 copy, the same bits).
 enum class Wt { kFp8, kBf16, kFp8AsBf16 };
 
 struct Args {
@@ -77,19 +77,9 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Whether f16x2 h holds exactly the values lo, hi (its low half lo).
-__device__ __forceinline__ bool f16x2_is(uint32_t h, float lo, float hi) {
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  return f.x == lo && f.y == hi;
-}
-
-// f16x2 → bf16x2 of the same values; exact for the e4m3 values it is used on.
-__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+// Two e4m3 codes (low byte = lower k) → bf16x2 of their values (exact: 4 significant bits).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
+  const uint32_t h = e4m3x2_to_f16x2(v);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   return pack_bf16(f.x, f.y);
 }
