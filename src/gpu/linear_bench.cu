@@ -241,6 +241,23 @@ int main(int argc, char** argv) {
         report("dense fp8", with16 ? "wo_a fp8+xbf16 4x1024x4096" : "wo_a fp8 grouped 4x1024x4096", M,
                double(wb + sb) + M * xstride * (with16 ? 2.0 : 4.0) + M * out * 4.0, t, flops_of(M, out, in));
       }
+    // The two helpers on their own: the prefill path's widening (reads codes + scales, writes
+    // bf16) and the decode step's inverse RoPE + bf16 copy (reads the row, writes its bf16 copy,
+    // the rotated part back and the flags; rotation by angle 0 keeps x).
+    const Timing tw = time_graph(
+        [&](int i, cudaStream_t s) { widen_fp8_tiles(w.get() + (i % nc) * wb, ws.get() + (i % nc) * sb, out, in, wide.get(), s); },
+        replays);
+    report("widen", "wo_a e4m3 -> bf16 4096x4096", out, double(wb + sb) + 2.0 * wb, tw);
+    for (int64_t M : Ms) {
+      if (M > Mdecode) continue;
+      const Timing t = time_graph(
+          [&](int, cudaStream_t s) {
+            decode_rope_inverse_bf16(x.get(), M, heads, hd, pos0.get(), table.get(), pairs, x16.get(), exact.get(), s);
+          },
+          replays);
+      report("small", "rope_inverse+bf16 32x512", M,
+             M * (xstride * 6.0 + heads * 2 * pairs * 4.0 + xstride / kBf16CopyFlagValues * 4.0), t);
+    }
   }
   std::printf("\n");
 
