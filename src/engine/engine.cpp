@@ -129,10 +129,8 @@ SubmitResult Engine::submit(GenerateInput in) {
     if (id < 0 || id >= vocab_size_) return {SubmitStatus::kInvalid, -1, str_cat("token id ", id, " is out of range")};
   }
   if (!in.sink) return {SubmitStatus::kInvalid, -1, "missing output sink"};
-  // Requests not yet admitted include those the engine can admit right away (free slots).
-  const int64_t free_slots = std::max<int64_t>(0, config_.max_running_requests - metrics_.num_running.load());
-  if (not_admitted_.fetch_add(1) - free_slots >= config_.max_queued_requests) {
-    not_admitted_.fetch_sub(1);
+  if (in_flight_.fetch_add(1) >= int64_t{config_.max_running_requests} + config_.max_queued_requests) {
+    in_flight_.fetch_sub(1);
     metrics_.requests_rejected++;
     return {SubmitStatus::kQueueFull, -1,
             str_cat("The request queue is full (max_queued_requests=", config_.max_queued_requests,
@@ -232,7 +230,6 @@ void Engine::step() {
     if (!s.ever_admitted) {
       s.ever_admitted = true;
       s.admitted = t0;
-      not_admitted_.fetch_sub(1);
       metrics_.queue_time.observe(seconds(t0 - s.arrival));
     }
     items.push_back({s.id, p.start_pos,
@@ -375,7 +372,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, OutputEvent ev, std::str
   const bool was_admitted = seq.ever_admitted;
   scheduler_.remove(&seq, *cache_);
   if (was_admitted) runner_->release(id);
-  else not_admitted_.fetch_sub(1);
+  in_flight_.fetch_sub(1);
   if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
     seq.finish();
     metrics_.requests_finished++;
