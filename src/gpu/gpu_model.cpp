@@ -73,6 +73,10 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
   upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
   upload_rope(model::rope_params(config_, true), max_len_, rope_compress_);
   CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: ordered after legacy-stream uploads
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&qa_event_, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -85,6 +89,10 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
 
 GpuModel::~GpuModel() {
   release_decode_graphs();
+  if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
+  if (join_event_ != nullptr) cudaEventDestroy(join_event_);
+  if (qa_event_ != nullptr) cudaEventDestroy(qa_event_);
+  if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -272,7 +280,7 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
 }
 
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos,
-                                         const float* rope, const DecodeLayerCache* ring) {
+                                         const float* rope, const DecodeLayerCache* ring, cudaEvent_t qa_ready) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
@@ -294,6 +302,7 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8
                          {.w = w.wkv.w.get(), .ws = w.wkv.s.get(), .out = d, .y = tkv}};
   lin8_multi(xq.codes, xq.scales, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
   rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
+  if (qa_ready != nullptr) CUDA_CHECK(cudaEventRecord(qa_ready, stream_));
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
   head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs,
                      RowPositions{.positions = pos.positions, .pos0 = pos.pos0, .rows_per_pos = H}, stream_);

@@ -199,8 +199,9 @@ class GpuModel {
   // ring: decode on the sm_90a path — the same launch also writes each row's kv into its window
   // ring entry (decode_kv_rows_to_ring; pos.positions set); null: the caller updates the ring.
   // xq: x's Q8 when the caller has it (skips the quantize launch), else computed here.
+  // qa_ready: recorded on the stream once qa / sa (the Q8 of q_norm) are written.
   QkvRows project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos, const float* rope,
-                      const DecodeLayerCache* ring);
+                      const DecodeLayerCache* ring, cudaEvent_t qa_ready = nullptr);
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16 arithmetic; e4m3-stored weights
   // widened in registers) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
@@ -244,7 +245,12 @@ class GpuModel {
                         float* out);
   // pkv / psc: the compressor's kv and gate projections of this step's rows [rows, width].
   void compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* pkv, const float* psc,
-                       bool indexer);
+                       bool indexer, cudaStream_t s);
+  // The compressors of a decode layer (ratio > 0): every bf16 projection of x they and the
+  // indexer need in one launch (the indexer's head weights into iw), then the indexer's and the
+  // attention's compressor steps, on stream s. Returns the indexer head weights [rows, HI] (null
+  // without an indexer).
+  float* compressors_decode(const AttentionW& w, int layer, const DecodeStep& step, const float* x, cudaStream_t s);
   // Host inputs of a step for `rows` rows (rows ≥ seqs.size(): the rest are padding rows) and
   // their upload into ws.decode_in; returns the device view.
   DecodeStep stage_decode_inputs(Workspace& ws, std::span<GpuSequenceState* const> seqs,
@@ -273,6 +279,13 @@ class GpuModel {
   std::unique_ptr<Workspace> ws_;
   Workspace* active_ws_ = nullptr;  // ws_, or graph_ws_ while a decode graph is captured
   cudaStream_t stream_ = nullptr;
+  // Decode: a second stream for the compressors and the indexer of each compressed layer,
+  // forked from stream_ after the mHC pre step (the indexer's queries wait for qa) and joined
+  // before the attention (both streams' launches are latency-bound at small batches, so the
+  // branch runs under the q / window-KV path). Off with DSV4_DECODE_BRANCH=0 (the same kernels
+  // in one stream, same results).
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr, qa_event_ = nullptr;
   // CUDA-graph decode: sizes, captured graphs (ascending batch), their workspace, the padding
   // sequence (always at position 0) and the host staging of the step inputs.
   std::vector<int> graph_sizes_;

@@ -2,15 +2,18 @@
 // once over B rows (one per sequence). Per-token steps (hc pre/post, norms, Q8, Lin8, dense
 // linears, routing, MoE, LM head) are the same launchers with n = B; the position-dependent
 // steps (RoPE, compressor, indexer, sparse attention, ring update) are the decode_ops.h kernels
-// reading positions and cache pointers from the step's device arrays. Launch order and
-// arithmetic are attention()/compress()'s, so every row equals forward() bit for bit on the
-// plain attention path; on the sm_90a path (decode_index / decode_attend dispatch, chosen at
+// reading positions and cache pointers from the step's device arrays. The arithmetic is
+// attention()/compress()'s (the compressors and the indexer of a compressed layer run on a side
+// stream, forked after the mHC pre step and joined before the attention: they touch nothing the
+// q / window-KV path writes, and read its qa only after an event), so every row equals forward() bit for bit on the plain attention path; on the sm_90a path (decode_index / decode_attend dispatch, chosen at
 // load) the indexer and attention are tensor-core kernels equal within their tolerance, and
 // their split-K is planned for the padded graph size so graph replay equals eager decode.
 // Also fill_for_benchmark (random decode state: FP8 caches filled through kv_encode_rows).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "base/check.h"
 #include "gpu/decode_ops.h"
@@ -22,6 +25,15 @@
 
 namespace dsv4::gpu {
 namespace {
+
+// The compressors' side branch of decode (GpuModel::side_stream_) unless DSV4_DECODE_BRANCH=0.
+bool decode_branch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DSV4_DECODE_BRANCH");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
 
 template <class F>
 struct ScopeExit {
@@ -265,7 +277,7 @@ void GpuModel::block_decode(const BlockW& w, int layer, const DecodeStep& step, 
 }
 
 void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep& step, const float* pkv,
-                               const float* psc, bool indexer) {
+                               const float* psc, bool indexer, cudaStream_t s) {
   const int64_t n = step.rows;
   DecodeCompressorArgs a;
   a.kv = pkv;
@@ -279,71 +291,90 @@ void GpuModel::compress_decode(const CompressorW& w, int layer, const DecodeStep
   a.h = w.head_dim;
   a.overlap = w.overlap;
   a.indexer = indexer;
-  decode_compressor(a, n, step.pos, step.caches + layer * n, stream_);
+  decode_compressor(a, n, step.pos, step.caches + layer * n, s);
+}
+
+float* GpuModel::compressors_decode(const AttentionW& w, int layer, const DecodeStep& step, const float* x,
+                                    cudaStream_t s) {
+  Workspace& ws = *active_ws_;
+  const model::ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, n = step.rows;
+  const CompressorW& cw = *w.compressor;
+  const int64_t width = (cw.overlap ? 2 : 1) * int64_t{cw.head_dim};
+  float* pkv = grow(ws.cproj_kv, n * width);
+  float* psc = grow(ws.cproj_sc, n * width);
+  DenseOut outs[5] = {{.w = cw.wkv.w.get(), .w_bf16 = cw.wkv.bf16, .out = width, .y = pkv},
+                      {.w = cw.wgate.w.get(), .w_bf16 = cw.wgate.bf16, .out = width, .y = psc}};
+  int nout = 2;
+  float *ipkv = nullptr, *ipsc = nullptr, *iw = nullptr;
+  if (w.indexer) {
+    const IndexerW& ix = *w.indexer;
+    const CompressorW& icw = ix.compressor;
+    const int HI = c.index_n_heads, dh = c.index_head_dim;
+    const int64_t iwidth = (icw.overlap ? 2 : 1) * int64_t{icw.head_dim};
+    ipkv = grow(ws.iproj_kv, n * iwidth);
+    ipsc = grow(ws.iproj_sc, n * iwidth);
+    iw = grow(ws.iw, n * HI);
+    const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
+    outs[nout++] = {.w = icw.wkv.w.get(), .w_bf16 = icw.wkv.bf16, .out = iwidth, .y = ipkv};
+    outs[nout++] = {.w = icw.wgate.w.get(), .w_bf16 = icw.wgate.bf16, .out = iwidth, .y = ipsc};
+    outs[nout++] = {.w = ix.weights_proj.w.get(), .w_bf16 = ix.weights_proj.bf16, .out = HI, .y = iw,
+                    .round_bf16 = true, .post_scale = wscale};
+  }
+  dense_linear_multi(x, n, D, std::span<const DenseOut>(outs, size_t(nout)), s);
+  if (w.indexer) compress_decode(w.indexer->compressor, layer, step, ipkv, ipsc, true, s);
+  compress_decode(cw, layer, step, pkv, psc, false, s);
+  return iw;
 }
 
 void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const DecodeStep& step, const float* x,
                                 XQ8 xq, float* out) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank, n = step.rows;
+  const int64_t H = local_heads(), d = c.head_dim, ql = c.q_lora_rank, n = step.rows;
   const int rd = c.qk_rope_head_dim, pairs = rd / 2, win = c.sliding_window;
   const float* rope = ratio > 0 ? rope_compress_.get() : rope_window_.get();
   const DecodeLayerCache* caches = step.caches + layer * n;
-  // 1. q and window-KV paths (attention()'s, RoPE at each row's own position).
+  // 1. The compressors (their projections of x, the indexer's and the attention's compressor
+  // steps): on the side stream when the branch is on, under step 2. They write only their own
+  // projections and the layers' compressed caches, which the q / window-KV path does not touch.
+  const bool branch = ratio > 0 && decode_branch_enabled();
+  cudaStream_t cs = branch ? side_stream_ : stream_;
+  if (branch) {
+    CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+  }
+  float* iw = ratio > 0 ? compressors_decode(w, layer, step, x, cs) : nullptr;
+  // 2. q and window-KV paths (attention()'s, RoPE at each row's own position).
   const bool ring_here = attn_path_ == DecodeAttnPath::kSm90;  // its attention reads the ring after the update
-  const QkvRows p =
-      project_qkv(w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr);
+  const QkvRows p = project_qkv(w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr,
+                                branch && w.indexer ? qa_event_ : nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
   float* kv = p.kv;
-
-  // 2. Compressed entries and the indexer's choices. Every bf16 projection of x the layer's
-  // compressors and indexer need runs first, in one launch (same bits as one call each).
+  // 3. The indexer's choices: its queries from qa (on the side stream once qa is written; qa is
+  // next overwritten after the join), the scan of its compressed keys.
   DecodeAttnArgs a;
-  if (ratio > 0) {
+  if (ratio > 0 && w.indexer) {
+    if (branch) CUDA_CHECK(cudaStreamWaitEvent(side_stream_, qa_event_, 0));
+    const IndexerW& ix = *w.indexer;
     const int HI = c.index_n_heads, dh = c.index_head_dim;
-    const CompressorW& cw = *w.compressor;
-    const int64_t width = (cw.overlap ? 2 : 1) * int64_t{cw.head_dim};
-    float* pkv = grow(s.cproj_kv, n * width);
-    float* psc = grow(s.cproj_sc, n * width);
-    DenseOut outs[5] = {{.w = cw.wkv.w.get(), .w_bf16 = cw.wkv.bf16, .out = width, .y = pkv},
-                        {.w = cw.wgate.w.get(), .w_bf16 = cw.wgate.bf16, .out = width, .y = psc}};
-    int nout = 2;
-    float *ipkv = nullptr, *ipsc = nullptr, *iw = nullptr;
-    if (w.indexer) {
-      const IndexerW& ix = *w.indexer;
-      const CompressorW& icw = ix.compressor;
-      const int64_t iwidth = (icw.overlap ? 2 : 1) * int64_t{icw.head_dim};
-      ipkv = grow(s.iproj_kv, n * iwidth);
-      ipsc = grow(s.iproj_sc, n * iwidth);
-      iw = grow(s.iw, n * HI);
-      const float wscale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5) * std::pow(HI, -0.5));
-      outs[nout++] = {.w = icw.wkv.w.get(), .w_bf16 = icw.wkv.bf16, .out = iwidth, .y = ipkv};
-      outs[nout++] = {.w = icw.wgate.w.get(), .w_bf16 = icw.wgate.bf16, .out = iwidth, .y = ipsc};
-      outs[nout++] = {.w = ix.weights_proj.w.get(), .w_bf16 = ix.weights_proj.bf16, .out = HI, .y = iw,
-                      .round_bf16 = true, .post_scale = wscale};
-    }
-    dense_linear_multi(x, n, D, std::span<const DenseOut>(outs, size_t(nout)), stream_);
-    if (w.indexer) {
-      const IndexerW& ix = *w.indexer;
-      compress_decode(ix.compressor, layer, step, ipkv, ipsc, true);
-      float* iq = grow(s.iq, n * HI * dh);
-      lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, stream_);
-      rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI},
-                            stream_);
-      const int64_t max_visible = step.pos_bound / ratio;
-      uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
-      int32_t* sel = grow(s.sel, n * c.index_topk);
-      int32_t* cnt = grow(s.sel_count, n);
-      decode_index(attn_path_, iq, iw, n, step.pos, caches, ratio, HI, dh, max_visible, c.index_topk, sel, cnt, iws,
-                   stream_);
-      a.selected = sel;
-      a.sel_count = cnt;
-      a.sel_stride = c.index_topk;
-    }
-    compress_decode(cw, layer, step, pkv, psc, false);
+    float* iq = grow(s.iq, n * HI * dh);
+    lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, cs);
+    rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI}, cs);
+    const int64_t max_visible = step.pos_bound / ratio;
+    uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
+    int32_t* sel = grow(s.sel, n * c.index_topk);
+    int32_t* cnt = grow(s.sel_count, n);
+    decode_index(attn_path_, iq, iw, n, step.pos, caches, ratio, HI, dh, max_visible, c.index_topk, sel, cnt, iws, cs);
+    a.selected = sel;
+    a.sel_count = cnt;
+    a.sel_stride = c.index_topk;
+  }
+  if (branch) {
+    CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_, 0));
   }
   // 3. Sparse attention (window part = the whole window, as forward() for start_pos > 0),
   // 4. ring update.
