@@ -279,11 +279,11 @@ class GpuModel {
   std::unique_ptr<Workspace> ws_;
   Workspace* active_ws_ = nullptr;  // ws_, or graph_ws_ while a decode graph is captured
   cudaStream_t stream_ = nullptr;
-  // Decode: a second stream for the compressors and the indexer of each compressed layer,
-  // forked from stream_ after the mHC pre step (the indexer's queries wait for qa) and joined
-  // before the attention (both streams' launches are latency-bound at small batches, so the
-  // branch runs under the q / window-KV path). Off with DSV4_DECODE_BRANCH=0 (the same kernels
-  // in one stream, same results).
+  // Decode batches of ≤ 16 rows: a second stream for the compressors and the indexer of each
+  // compressed layer, forked from stream_ after the mHC pre step (the indexer's queries wait for
+  // qa) and joined before the attention (both streams' launches are latency-bound at small
+  // batches, so the branch runs under the q / window-KV path). Off with DSV4_DECODE_BRANCH=0 (the
+  // same kernels in one stream, same results).
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr, qa_event_ = nullptr;
   // CUDA-graph decode: sizes, captured graphs (ascending batch), their workspace, the padding
