@@ -77,6 +77,7 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&qa_event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&kv_event_, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -92,6 +93,7 @@ GpuModel::~GpuModel() {
   if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
   if (join_event_ != nullptr) cudaEventDestroy(join_event_);
   if (qa_event_ != nullptr) cudaEventDestroy(qa_event_);
+  if (kv_event_ != nullptr) cudaEventDestroy(kv_event_);
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -280,7 +282,8 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
 }
 
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos,
-                                         const float* rope, const DecodeLayerCache* ring, cudaEvent_t qa_ready) {
+                                         const float* rope, const DecodeLayerCache* ring, cudaEvent_t qa_ready,
+                                         cudaStream_t kv_stream, cudaEvent_t tkv_ready) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
@@ -301,6 +304,12 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8
   const Lin8Out qkv[2] = {{.w = w.wq_a.w.get(), .ws = w.wq_a.s.get(), .out = ql, .y = tq},
                          {.w = w.wkv.w.get(), .ws = w.wkv.s.get(), .out = d, .y = tkv}};
   lin8_multi(xq.codes, xq.scales, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
+  cudaStream_t ks = stream_;  // the window-KV row's stream
+  if (kv_stream != nullptr) {
+    CUDA_CHECK(cudaEventRecord(tkv_ready, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(kv_stream, tkv_ready, 0));
+    ks = kv_stream;
+  }
   rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
   if (qa_ready != nullptr) CUDA_CHECK(cudaEventRecord(qa_ready, stream_));
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
@@ -308,9 +317,9 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8
                      RowPositions{.positions = pos.positions, .pos0 = pos.pos0, .rows_per_pos = H}, stream_);
   if (ring != nullptr) {
     decode_kv_rows_to_ring(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos.positions, 64, r.kv,
-                           ring, c.sliding_window, stream_);
+                           ring, c.sliding_window, ks);
   } else {
-    norm_rope_simulate_q8_rows(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos, 64, r.kv, stream_);
+    norm_rope_simulate_q8_rows(tkv, w.kv_norm.get(), n, static_cast<int>(d), eps, rope, pairs, pos, 64, r.kv, ks);
   }
   return r;
 }

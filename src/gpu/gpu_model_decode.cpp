@@ -350,8 +350,12 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   float* iw = ratio > 0 ? compressors_decode(w, layer, step, x, cs) : nullptr;
   // 2. q and window-KV paths (attention()'s, RoPE at each row's own position).
   const bool ring_here = attn_path_ == DecodeAttnPath::kSm90;  // its attention reads the ring after the update
+  // Without an indexer the side chain is short: the window-KV row (and ring) launch goes there
+  // too, once wkv's output is written (B = 1 / 8 / 16 −0.6 / −1.3 / −2.7 %, docs/decode-step.md).
+  const bool kv_side = branch && !w.indexer;
   const QkvRows p = project_qkv(w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr,
-                                branch && w.indexer ? qa_event_ : nullptr);
+                                branch && w.indexer ? qa_event_ : nullptr, kv_side ? side_stream_ : nullptr,
+                                kv_side ? kv_event_ : nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
