@@ -76,7 +76,7 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&qa_event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&iq_event_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&kv_event_, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -92,7 +92,7 @@ GpuModel::~GpuModel() {
   release_decode_graphs();
   if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
   if (join_event_ != nullptr) cudaEventDestroy(join_event_);
-  if (qa_event_ != nullptr) cudaEventDestroy(qa_event_);
+  if (iq_event_ != nullptr) cudaEventDestroy(iq_event_);
   if (kv_event_ != nullptr) cudaEventDestroy(kv_event_);
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -282,7 +282,8 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
 }
 
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos,
-                                         const float* rope, const DecodeLayerCache* ring, cudaEvent_t qa_ready,
+                                         const float* rope, const DecodeLayerCache* ring,
+                                         const std::function<void(uint8_t*, float*)>& after_qa,
                                          cudaStream_t kv_stream, cudaEvent_t tkv_ready) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
@@ -311,7 +312,7 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8
     ks = kv_stream;
   }
   rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
-  if (qa_ready != nullptr) CUDA_CHECK(cudaEventRecord(qa_ready, stream_));
+  if (after_qa) after_qa(r.qa, r.sa);
   lin8(r.qa, r.sa, n, 1, w.wq_b.w.get(), w.wq_b.s.get(), H * d, ql, nullptr, r.q, stream_);
   head_rms_rope_rows(r.q, n * H, static_cast<int>(d), eps, rope, pairs,
                      RowPositions{.positions = pos.positions, .pos0 = pos.pos0, .rows_per_pos = H}, stream_);

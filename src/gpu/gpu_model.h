@@ -199,11 +199,12 @@ class GpuModel {
   // ring: decode on the sm_90a path — the same launch also writes each row's kv into its window
   // ring entry (decode_kv_rows_to_ring; pos.positions set); null: the caller updates the ring.
   // xq: x's Q8 when the caller has it (skips the quantize launch), else computed here.
-  // qa_ready: recorded on the stream once qa / sa (the Q8 of q_norm) are written. kv_stream: runs
-  // the window-KV row (and ring) launch there, after tkv_ready is recorded on the model's stream.
+  // after_qa: launches of the caller's on the model's stream once qa / sa (the Q8 of q_norm) are
+  // written, before wq_b (decode: the indexer's queries). kv_stream: runs the window-KV row (and
+  // ring) launch there, after tkv_ready is recorded on the model's stream.
   QkvRows project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos, const float* rope,
-                      const DecodeLayerCache* ring, cudaEvent_t qa_ready = nullptr, cudaStream_t kv_stream = nullptr,
-                      cudaEvent_t tkv_ready = nullptr);
+                      const DecodeLayerCache* ring, const std::function<void(uint8_t*, float*)>& after_qa = {},
+                      cudaStream_t kv_stream = nullptr, cudaEvent_t tkv_ready = nullptr);
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16 arithmetic; e4m3-stored weights
   // widened in registers) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
@@ -281,14 +282,14 @@ class GpuModel {
   std::unique_ptr<Workspace> ws_;
   Workspace* active_ws_ = nullptr;  // ws_, or graph_ws_ while a decode graph is captured
   cudaStream_t stream_ = nullptr;
-  // Decode batches of ≤ 16 rows: a second stream for the compressors and the indexer of each
-  // compressed layer (in layers without an indexer, the window-KV row instead), forked from
-  // stream_ after the mHC pre step (the indexer's queries wait for qa, the KV row for wkv's
-  // output) and joined before the attention (both streams' launches are latency-bound at small
-  // batches, so the branch runs under the q path). Off with DSV4_DECODE_BRANCH=0 (the same
-  // kernels in one stream, same results).
+  // Decode batches of ≤ 16 rows: a second stream for the compressors and the indexer's scan of
+  // each compressed layer (in layers without an indexer, the window-KV row instead), forked from
+  // stream_ after the mHC pre step (the scan waits for the indexer's queries, which the model
+  // stream computes right after qa; the KV row for wkv's output) and joined before the attention
+  // (both streams' launches are latency-bound at small batches, so the branch runs under the q
+  // path). Off with DSV4_DECODE_BRANCH=0 (the same kernels in one stream, same results).
   cudaStream_t side_stream_ = nullptr;
-  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr, qa_event_ = nullptr, kv_event_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr, iq_event_ = nullptr, kv_event_ = nullptr;
   // CUDA-graph decode: sizes, captured graphs (ascending batch), their workspace, the padding
   // sequence (always at position 0) and the host staging of the step inputs.
   std::vector<int> graph_sizes_;

@@ -3,10 +3,12 @@
 // linears, routing, MoE, LM head) are the same launchers with n = B; the position-dependent
 // steps (RoPE, compressor, indexer, sparse attention, ring update) are the decode_ops.h kernels
 // reading positions and cache pointers from the step's device arrays. The arithmetic is
-// attention()/compress()'s (the compressors and the indexer of a compressed layer run on a side
-// stream, forked after the mHC pre step and joined before the attention: they touch nothing the
-// q / window-KV path writes, and read its qa only after an event), so every row equals forward() bit for bit on the plain attention path; on the sm_90a path (decode_index / decode_attend dispatch, chosen at
-// load) the indexer and attention are tensor-core kernels equal within their tolerance, and
+// attention()/compress()'s (the compressors and the indexer's scan of a compressed layer run on a
+// side stream, forked after the mHC pre step and joined before the attention: they touch nothing
+// the q path writes, and read the indexer's queries only after an event), so every row equals
+// forward() bit for bit on the plain attention path; on the sm_90a path (decode_index /
+// decode_attend dispatch, chosen at load) the indexer and attention are tensor-core kernels
+// equal within their tolerance, and
 // their split-K is planned for the padded graph size so graph replay equals eager decode.
 // Also fill_for_benchmark (random decode state: FP8 caches filled through kv_encode_rows).
 #include <algorithm>
@@ -348,28 +350,34 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
     CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
   }
   float* iw = ratio > 0 ? compressors_decode(w, layer, step, x, cs) : nullptr;
-  // 2. q and window-KV paths (attention()'s, RoPE at each row's own position).
+  // 2. q and window-KV paths (attention()'s, RoPE at each row's own position), with the
+  // indexer's queries from qa right after q_norm's Q8, on the model stream (qa is next
+  // overwritten after the join). Without an indexer the side chain is short: the window-KV row
+  // (and ring) launch goes there too, once wkv's output is written (docs/decode-step.md).
+  const int HI = c.index_n_heads, dh = c.index_head_dim;
+  float* iq = nullptr;
+  auto index_queries = [&](uint8_t* qa_rows, float* sa_rows) {
+    iq = grow(s.iq, n * HI * dh);
+    lin8(qa_rows, sa_rows, n, 1, w.indexer->wq_b.w.get(), w.indexer->wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq,
+         stream_);
+    rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI},
+                          stream_);
+    if (branch) CUDA_CHECK(cudaEventRecord(iq_event_, stream_));
+  };
   const bool ring_here = attn_path_ == DecodeAttnPath::kSm90;  // its attention reads the ring after the update
-  // Without an indexer the side chain is short: the window-KV row (and ring) launch goes there
-  // too, once wkv's output is written (B = 1 / 8 / 16 −0.6 / −1.3 / −2.7 %, docs/decode-step.md).
   const bool kv_side = branch && !w.indexer;
-  const QkvRows p = project_qkv(w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr,
-                                branch && w.indexer ? qa_event_ : nullptr, kv_side ? side_stream_ : nullptr,
-                                kv_side ? kv_event_ : nullptr);
+  const QkvRows p = project_qkv(
+      w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr,
+      ratio > 0 && w.indexer ? std::function<void(uint8_t*, float*)>(index_queries) : std::function<void(uint8_t*, float*)>{},
+      kv_side ? side_stream_ : nullptr, kv_side ? kv_event_ : nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
   float* kv = p.kv;
-  // 3. The indexer's choices: its queries from qa (on the side stream once qa is written; qa is
-  // next overwritten after the join), the scan of its compressed keys.
+  // 3. The indexer's scan of its compressed keys (on the side stream once its queries are done).
   DecodeAttnArgs a;
   if (ratio > 0 && w.indexer) {
-    if (branch) CUDA_CHECK(cudaStreamWaitEvent(side_stream_, qa_event_, 0));
-    const IndexerW& ix = *w.indexer;
-    const int HI = c.index_n_heads, dh = c.index_head_dim;
-    float* iq = grow(s.iq, n * HI * dh);
-    lin8(qa, sa, n, 1, ix.wq_b.w.get(), ix.wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq, cs);
-    rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI}, cs);
+    if (branch) CUDA_CHECK(cudaStreamWaitEvent(side_stream_, iq_event_, 0));
     const int64_t max_visible = step.pos_bound / ratio;
     uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
     int32_t* sel = grow(s.sel, n * c.index_topk);
@@ -383,8 +391,8 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
     CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_, 0));
   }
-  // 3. Sparse attention (window part = the whole window, as forward() for start_pos > 0),
-  // 4. ring update.
+  // 4. Sparse attention (window part = the whole window, as forward() for start_pos > 0),
+  // 5. ring update.
   float* attn = grow(s.attn, n * H * d);
   a.q = q;
   a.kv_new = kv;
@@ -403,7 +411,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   uint8_t* aws =
       grow(s.attn_ws, static_cast<int64_t>(decode_attend_workspace_bytes(attn_path_, split_rows, a.H, num_sms_)));
   decode_attend(attn_path_, a, n, split_rows, max_extra, num_sms_, step.pos, caches, aws, stream_);
-  // 5. Inverse RoPE, grouped wo_a (bf16 arithmetic), wo_b (FP8). An FP8-stored wo_a takes attn
+  // 6. Inverse RoPE, grouped wo_a (bf16 arithmetic), wo_b (FP8). An FP8-stored wo_a takes attn
   // as bf16 too, written by the inverse RoPE's launch (no x conversion per output tile).
   if (w.wo_a.fp8() && n <= kDenseFp8MaxRows) {
     uint16_t* attn16 = grow(s.attn16, n * H * d);
