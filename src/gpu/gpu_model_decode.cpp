@@ -28,9 +28,9 @@
 namespace dsv4::gpu {
 namespace {
 
-// The compressors' side branch of decode (GpuModel::side_stream_) for batches of up to 16 rows
-// (H200, TP1 Flash, 20 layers: B = 1 / 8 / 16 -7.0 / -4.9 / -1.4 %, B = 32 within the noise,
-// B = 64 +1.6 %), unless DSV4_DECODE_BRANCH=0.
+// The side branch of decode (GpuModel::side_stream_) for batches of up to 16 rows (H200, TP1
+// Flash, 20 layers, its first form: B = 1 / 8 / 16 -7.0 / -4.9 / -1.4 %, B = 32 within the
+// noise, B = 64 +1.6 %), unless DSV4_DECODE_BRANCH=0.
 constexpr int64_t kDecodeBranchMaxRows = 16;
 bool decode_branch_enabled() {
   static const bool on = [] {
@@ -342,7 +342,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   const DecodeLayerCache* caches = step.caches + layer * n;
   // 1. The compressors (their projections of x, the indexer's and the attention's compressor
   // steps): on the side stream when the branch is on, under step 2. They write only their own
-  // projections and the layers' compressed caches, which the q / window-KV path does not touch.
+  // projections and the layers' compressed caches, which the q path does not touch.
   const bool branch = ratio > 0 && n <= kDecodeBranchMaxRows && decode_branch_enabled();
   cudaStream_t cs = branch ? side_stream_ : stream_;
   if (branch) {
@@ -351,9 +351,9 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   }
   float* iw = ratio > 0 ? compressors_decode(w, layer, step, x, cs) : nullptr;
   // 2. q and window-KV paths (attention()'s, RoPE at each row's own position), with the
-  // indexer's queries from qa right after q_norm's Q8, on the model stream (qa is next
-  // overwritten after the join). Without an indexer the side chain is short: the window-KV row
-  // (and ring) launch goes there too, once wkv's output is written (docs/decode-step.md).
+  // indexer's queries from qa right after q_norm's Q8, on the model stream (iq_event_ tells the
+  // side stream they are written). Without an indexer the side chain is short: the window-KV row
+  // (and ring) launch goes there, once wkv's output is written (docs/decode-step.md).
   const int HI = c.index_n_heads, dh = c.index_head_dim;
   float* iq = nullptr;
   auto index_queries = [&](uint8_t* qa_rows, float* sa_rows) {
