@@ -129,28 +129,36 @@ SubmitResult Engine::submit(GenerateInput in) {
     if (id < 0 || id >= vocab_size_) return {SubmitStatus::kInvalid, -1, str_cat("token id ", id, " is out of range")};
   }
   if (!in.sink) return {SubmitStatus::kInvalid, -1, "missing output sink"};
-  if (in_flight_.fetch_add(1) >= int64_t{config_.max_running_requests} + config_.max_queued_requests) {
-    in_flight_.fetch_sub(1);
+  // inflight_ counts requests submitted and not finished (queued, running or preempted): one
+  // counter reserved here, so admission (queued → running) cannot open a window in which a submit
+  // sees a free slot twice.
+  if (inflight_.fetch_add(1) >= int64_t{config_.max_running_requests} + config_.max_queued_requests) {
+    inflight_.fetch_sub(1);
     metrics_.requests_rejected++;
     return {SubmitStatus::kQueueFull, -1,
             str_cat("The request queue is full (max_queued_requests=", config_.max_queued_requests,
                     "); retry later.")};
   }
-  auto seq = std::make_unique<Sequence>();
-  seq->id = next_id_.fetch_add(1);
-  seq->params = std::move(in.params);
-  seq->params.max_tokens = std::min<int64_t>(seq->params.max_tokens, max_context_ - n);
-  seq->sink = std::move(in.sink);
-  seq->tokens = std::move(in.prompt);
-  seq->prompt_len = n;
-  seq->arrival = in.arrival;
-  const uint64_t seed =
-      seq->params.seed ? *seq->params.seed : splitmix64(seed_state_.fetch_add(0x9e3779b97f4a7c15ULL));
-  seq->sampler = std::make_unique<Sampler>(seq->params, sample_vocab_, seed, seq->tokens);
-  if (config_.detokenizer) seq->detok = config_.detokenizer(seq->params.skip_special_tokens);
-  seq->stop = StopMatcher(seq->params.stop);
+  std::unique_ptr<Sequence> seq;
+  try {  // the reservation above is returned if building the sequence throws
+    seq = std::make_unique<Sequence>();
+    seq->id = next_id_.fetch_add(1);
+    seq->params = std::move(in.params);
+    seq->params.max_tokens = std::min<int64_t>(seq->params.max_tokens, max_context_ - n);
+    seq->sink = std::move(in.sink);
+    seq->tokens = std::move(in.prompt);
+    seq->prompt_len = n;
+    seq->arrival = in.arrival;
+    const uint64_t seed =
+        seq->params.seed ? *seq->params.seed : splitmix64(seed_state_.fetch_add(0x9e3779b97f4a7c15ULL));
+    seq->sampler = std::make_unique<Sampler>(seq->params, sample_vocab_, seed, seq->tokens);
+    if (config_.detokenizer) seq->detok = config_.detokenizer(seq->params.skip_special_tokens);
+    seq->stop = StopMatcher(seq->params.stop);
+  } catch (...) {
+    inflight_.fetch_sub(1);
+    throw;
+  }
   r.id = seq->id;
-  inflight_.fetch_add(1);
   inbox_->queue.enqueue(Command{std::move(seq), -1});
   return r;
 }
@@ -372,7 +380,6 @@ void Engine::finish(Sequence& seq, FinishReason reason, OutputEvent ev, std::str
   const bool was_admitted = seq.ever_admitted;
   scheduler_.remove(&seq, *cache_);
   if (was_admitted) runner_->release(id);
-  in_flight_.fetch_sub(1);
   if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
     seq.finish();
     metrics_.requests_finished++;

@@ -132,11 +132,9 @@ class Engine {
   struct Inbox;
   std::unique_ptr<Inbox> inbox_;
   std::atomic<int64_t> next_id_{1};
+  // Requests submitted and not finished (queued, running or preempted); submit() checks it against
+  // max_running_requests + max_queued_requests.
   std::atomic<int64_t> inflight_{0};
-  // Requests submitted and not finished (queued, running or preempted): the queue limit counts
-  // against max_running_requests + max_queued_requests. One counter, so admission (which moves a
-  // request from queued to running) cannot open a window in which a submit sees a free slot twice.
-  std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> seed_state_;

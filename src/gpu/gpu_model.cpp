@@ -1,15 +1,16 @@
 // GpuModel: orchestration of the kernels in ops.h, step for step the CPU reference's order
-// (cpu/model.cpp, attention.cpp, compressor.cpp, indexer.cpp, moe.cpp).
+// (cpu/model.cpp, attention.cpp, compressor.cpp, indexer.cpp). The MoE sublayer is
+// gpu_model_moe.cpp, the prefill attention gpu_model_prefill_attn.cpp, decode gpu_model_decode.cpp.
 #include "gpu/gpu_model.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <cstdlib>
-#include <string>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
 
 #include "base/check.h"
 #include "gpu/gpu_model_workspace.h"
@@ -23,9 +24,6 @@
 
 namespace dsv4::gpu {
 namespace {
-
-constexpr int64_t kMoeDecodeTokens = 256;    // grouped-MoE call size up to which decode's workspace serves
-constexpr int64_t kMoePrefillTokens = 1024;  // prefill call size (workspace ≈ 160 MB at Flash TP2 shapes)
 
 // The mHC projection y [n, out] = fn · streams (fp32 out; out = (2+hc)·hc or hc): the split-K
 // small-output kernel, or the dense path for configs with more outputs than it takes.
@@ -73,11 +71,6 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
   upload_rope(model::rope_params(config_, false), max_len_, rope_window_);
   upload_rope(model::rope_params(config_, true), max_len_, rope_compress_);
   CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: ordered after legacy-stream uploads
-  CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&iq_event_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&kv_event_, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -90,11 +83,6 @@ GpuModel::GpuModel(model::ModelConfig config, std::unique_ptr<GpuWeights> weight
 
 GpuModel::~GpuModel() {
   release_decode_graphs();
-  if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
-  if (join_event_ != nullptr) cudaEventDestroy(join_event_);
-  if (iq_event_ != nullptr) cudaEventDestroy(iq_event_);
-  if (kv_event_ != nullptr) cudaEventDestroy(kv_event_);
-  if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -284,7 +272,7 @@ void GpuModel::compress(const CompressorW& w, float* st_kv, float* st_score, con
 GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos,
                                          const float* rope, const DecodeLayerCache* ring,
                                          const std::function<void(uint8_t*, float*)>& after_qa,
-                                         cudaStream_t kv_stream, cudaEvent_t tkv_ready) {
+                                         StreamFork* kv_side) {
   Workspace& s = *active_ws_;
   const model::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, H = local_heads(), d = c.head_dim, ql = c.q_lora_rank;
@@ -306,10 +294,9 @@ GpuModel::QkvRows GpuModel::project_qkv(const AttentionW& w, const float* x, XQ8
                          {.w = w.wkv.w.get(), .ws = w.wkv.s.get(), .out = d, .y = tkv}};
   lin8_multi(xq.codes, xq.scales, n, D, std::span<const Lin8Out>(qkv, 2), stream_);  // wq_a and wkv in one launch
   cudaStream_t ks = stream_;  // the window-KV row's stream
-  if (kv_stream != nullptr) {
-    CUDA_CHECK(cudaEventRecord(tkv_ready, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(kv_stream, tkv_ready, 0));
-    ks = kv_stream;
+  if (kv_side != nullptr) {
+    ks = kv_side->stream();
+    kv_side->order(stream_, ks);
   }
   rms_norm_q8_rows(tq, w.q_norm.get(), n, ql, eps, nullptr, r.qa, r.sa, stream_);  // qa/sa: Q8(q_norm(tq))
   if (after_qa) after_qa(r.qa, r.sa);
@@ -342,110 +329,6 @@ void GpuModel::output_projection(const AttentionW& w, const float* attn, int64_t
   quantize_q8_rows(z, n, G * ro, qa, sa, stream_);
   const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce (reduce_post)
   lin8(qa, sa, n, 1, w.wo_b.w.get(), w.wo_b.s.get(), D, G * ro, nullptr, out, stream_, whole);
-}
-
-void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out) {
-  Workspace& s = *active_ws_;
-  const model::ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, E = c.n_routed_experts, inter = local_inter();
-  const int k = c.num_experts_per_tok;
-  const float limit = static_cast<float>(c.swiglu_limit);
-  int32_t* eids = grow(s.eids, n * k);
-  float* ewts = grow(s.ewts, n * k);
-  const int64_t parts_size = moe_router_workspace(n, D, E);
-  double* parts = grow(s.router_parts, parts_size);
-  moe_router(x, n, D, w.gate.w.get(), w.gate.bf16, hash ? nullptr : w.bias.get(), hash ? w.tid2eid.get() : nullptr,
-             ids, static_cast<int>(E), k, static_cast<float>(c.routed_scaling_factor), parts, parts_size, eids, ewts,
-             nullptr, stream_);
-  if (grouped_moe_usable(w)) {  // chunks of at most the workspace's tokens
-    // Prefill takes larger calls: an expert's weights are streamed once per 8-token chunk of
-    // its tokens in a call, so 1024-token calls (~24 tokens per expert) stream them ~3 times
-    // where four 256-token calls stream them ~4 times.
-    const int64_t per_call = n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens;
-    for (int64_t t0 = 0; t0 < n; t0 += per_call) {
-      moe_grouped(w, std::min<int64_t>(per_call, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);
-    }
-    return;
-  }
-  uint8_t* qa = grow(s.qa, n * std::max(D, inter));
-  float* sa = grow(s.sa, n * std::max(D, inter) / 128);
-  uint8_t* qb = grow(s.qb, n * k * inter);
-  float* sb = grow(s.sb, n * k * inter / 128);
-  float* g = grow(s.g, n * k * inter);
-  float* u = grow(s.u, n * k * inter);
-  float* h = grow(s.h, n * k * inter);
-  float* routed = grow(s.routed, n * k * D);
-  quantize_q8_rows(x, n, D, qa, sa, stream_);
-  const ExpertsW& ex = w.experts;
-  auto lin = ex.fp4 ? lin4 : lin8;
-  lin(qa, sa, n * k, k, ex.w1.get(), ex.s1.get(), inter, D, eids, g, stream_, true);
-  lin(qa, sa, n * k, k, ex.w3.get(), ex.s3.get(), inter, D, eids, u, stream_, true);
-  swiglu(g, u, ewts, n * k, inter, limit, h, stream_);
-  quantize_q8_rows(h, n * k, inter, qb, sb, stream_);
-  const bool whole = tp_size_ == 1;  // else partial sums, rounded after the all-reduce
-  lin(qb, sb, n * k, 1, ex.w2.get(), ex.s2.get(), D, inter, eids, routed, stream_, whole);
-  float* sg = grow(s.sg, n * inter);
-  float* su = grow(s.su, n * inter);
-  float* sh = grow(s.sh, n * inter);
-  float* so = grow(s.shared_out, n * D);
-  lin8(qa, sa, n, 1, w.sw1.w.get(), w.sw1.s.get(), inter, D, nullptr, sg, stream_);
-  lin8(qa, sa, n, 1, w.sw3.w.get(), w.sw3.s.get(), inter, D, nullptr, su, stream_);
-  swiglu(sg, su, nullptr, n, inter, limit, sh, stream_);
-  quantize_q8_rows(sh, n, inter, qb, sb, stream_);
-  lin8(qb, sb, n, 1, w.sw2.w.get(), w.sw2.s.get(), D, inter, nullptr, so, stream_, whole);
-  moe_combine(routed, so, n, k, D, out, stream_, whole);
-}
-
-bool GpuModel::grouped_moe_usable(const MoeW& w) const {
-  // Decided once at load (gpu_weights.cpp grouped_moe_layout: FP4 experts, supported shapes, not
-  // DSV4_GPU_MOE=reference), where the experts were repacked into the grouped kernels' layout;
-  // the reference path reads the checkpoint layout, so the two must never disagree.
-  return w.grouped_layout;
-}
-
-void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32_t* eids,
-                           const float* ewts, float* out) {
-  const model::ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, I = local_inter(), E = c.n_routed_experts;
-  std::unique_ptr<MoeGroupedWorkspace>& ws = n > kMoeDecodeTokens ? moe_ws_large_ : moe_ws_;
-  if (!ws) {
-    const int max_tokens = static_cast<int>(n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens);
-    ws = std::make_unique<MoeGroupedWorkspace>(
-        MoeGroupedShape{.max_tokens = max_tokens, .hidden = static_cast<int>(D), .inter = static_cast<int>(I),
-                        .experts = static_cast<int>(E), .top_k = static_cast<int>(c.num_experts_per_tok)});
-  }
-  // Per-expert pointers into the contiguous expert tensors, built once per layer.
-  auto it = std::find_if(moe_ptrs_.begin(), moe_ptrs_.end(), [&](const auto& p) { return p.first == &w; });
-  if (it == moe_ptrs_.end()) {
-    const ExpertsW& ex = w.experts;
-    std::vector<MoeExpertPtrs> host(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      host[e] = MoeExpertPtrs{.w1 = ex.w1.get() + e * I * (D / 2), .s1 = ex.s1.get() + e * I * (D / 32),
-                              .w3 = ex.w3.get() + e * I * (D / 2), .s3 = ex.s3.get() + e * I * (D / 32),
-                              .w2 = ex.w2.get() + e * D * (I / 2), .s2 = ex.s2.get() + e * D * (I / 32)};
-    }
-    DeviceBuffer<MoeExpertPtrs> dev;
-    dev.upload(host);
-    moe_ptrs_.emplace_back(&w, std::move(dev));
-    it = std::prev(moe_ptrs_.end());
-  }
-  MoeGroupedArgs args;
-  args.tokens = static_cast<int>(n);
-  args.x = x;
-  args.ids = eids;
-  args.weights = ewts;
-  args.experts = it->second.get();
-  args.shared = MoeExpertPtrs{.w1 = w.sw1.w.get(), .s1 = w.sw1.s.get(), .w3 = w.sw3.w.get(),
-                              .s3 = w.sw3.s.get(), .w2 = w.sw2.w.get(), .s2 = w.sw2.s.get()};
-  args.swiglu_limit = static_cast<float>(c.swiglu_limit);
-  args.out = out;
-  // Bytes: every touched expert's weights at most once (upper bound: n·k experts), the
-  // shared expert, activations in and out.
-  const double expert_bytes = static_cast<double>(3 * I * D / 2 + 3 * I * D / 32);
-  const double touched = static_cast<double>(std::min<int64_t>(E, n * c.num_experts_per_tok));
-  const double bytes = touched * expert_bytes + 3.0 * I * D + 8.0 * n * D;
-  prof::Launch launch("moe_grouped_fp4", bytes, stream_);
-  moe_grouped_forward(args, *ws, stream_);
 }
 
 void GpuModel::block(const BlockW& w, int layer, const int32_t* ids, int64_t n, float* streams,

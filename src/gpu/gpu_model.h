@@ -30,6 +30,7 @@
 #include "gpu/moe_grouped.h"
 #include "gpu/ops.h"
 #include "gpu/sampling.h"
+#include "gpu/stream_fork.h"
 #include "gpu/tp_group.h"
 #include "model/model_config.h"
 
@@ -200,11 +201,11 @@ class GpuModel {
   // ring entry (decode_kv_rows_to_ring; pos.positions set); null: the caller updates the ring.
   // xq: x's Q8 when the caller has it (skips the quantize launch), else computed here.
   // after_qa: launches of the caller's on the model's stream once qa / sa (the Q8 of q_norm) are
-  // written, before wq_b (decode: the indexer's queries). kv_stream: runs the window-KV row (and
-  // ring) launch there, after tkv_ready is recorded on the model's stream.
+  // written, before wq_b (decode: the indexer's queries). kv_side: runs the window-KV row (and
+  // ring) launch on that stream, ordered after wkv's output.
   QkvRows project_qkv(const AttentionW& w, const float* x, XQ8 xq, int64_t n, RowPositions pos, const float* rope,
                       const DecodeLayerCache* ring, const std::function<void(uint8_t*, float*)>& after_qa = {},
-                      cudaStream_t kv_stream = nullptr, cudaEvent_t tkv_ready = nullptr);
+                      StreamFork* kv_side = nullptr);
   // Attention step 5 after the inverse RoPE: grouped wo_a (bf16 arithmetic; e4m3-stored weights
   // widened in registers) on attn [n, H_local·d], Q8
   // into qa/sa (scratch of ≥ n·G·r_o), wo_b (FP8) into out [n, D], summed over the ranks.
@@ -288,8 +289,7 @@ class GpuModel {
   // stream computes right after qa; the KV row for wkv's output) and joined before the attention
   // (both streams' launches are latency-bound at small batches, so the branch runs under the q
   // path). Off with DSV4_DECODE_BRANCH=0 (the same kernels in one stream, same results).
-  cudaStream_t side_stream_ = nullptr;
-  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr, iq_event_ = nullptr, kv_event_ = nullptr;
+  StreamFork side_;
   // CUDA-graph decode: sizes, captured graphs (ascending batch), their workspace, the padding
   // sequence (always at position 0) and the host staging of the step inputs.
   std::vector<int> graph_sizes_;

@@ -28,7 +28,7 @@
 namespace dsv4::gpu {
 namespace {
 
-// The side branch of decode (GpuModel::side_stream_) for batches of up to 16 rows (H200, TP1
+// The side branch of decode (GpuModel::side_) for batches of up to 16 rows (H200, TP1
 // Flash, 20 layers, its first form: B = 1 / 8 / 16 -7.0 / -4.9 / -1.4 %, B = 32 within the
 // noise, B = 64 +1.6 %), unless DSV4_DECODE_BRANCH=0.
 constexpr int64_t kDecodeBranchMaxRows = 16;
@@ -344,32 +344,29 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   // steps): on the side stream when the branch is on, under step 2. They write only their own
   // projections and the layers' compressed caches, which the q path does not touch.
   const bool branch = ratio > 0 && n <= kDecodeBranchMaxRows && decode_branch_enabled();
-  cudaStream_t cs = branch ? side_stream_ : stream_;
-  if (branch) {
-    CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
-  }
+  cudaStream_t cs = branch ? side_.stream() : stream_;
+  if (branch) side_.order(stream_, cs);  // fork
   float* iw = ratio > 0 ? compressors_decode(w, layer, step, x, cs) : nullptr;
   // 2. q and window-KV paths (attention()'s, RoPE at each row's own position), with the
-  // indexer's queries from qa right after q_norm's Q8, on the model stream (iq_event_ tells the
-  // side stream they are written). Without an indexer the side chain is short: the window-KV row
-  // (and ring) launch goes there, once wkv's output is written (docs/decode-step.md).
+  // indexer's queries from qa right after q_norm's Q8, on the model stream (the side stream's scan
+  // is ordered after them). Without an indexer the side chain is short: the window-KV row (and
+  // ring) launch goes there, once wkv's output is written (docs/decode-step.md).
   const int HI = c.index_n_heads, dh = c.index_head_dim;
   float* iq = nullptr;
-  auto index_queries = [&](uint8_t* qa_rows, float* sa_rows) {
-    iq = grow(s.iq, n * HI * dh);
-    lin8(qa_rows, sa_rows, n, 1, w.indexer->wq_b.w.get(), w.indexer->wq_b.s.get(), int64_t{HI} * dh, ql, nullptr, iq,
-         stream_);
-    rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI},
-                          stream_);
-    if (branch) CUDA_CHECK(cudaEventRecord(iq_event_, stream_));
-  };
+  std::function<void(uint8_t*, float*)> index_queries;
+  if (ratio > 0 && w.indexer) {
+    index_queries = [&](uint8_t* qa_rows, float* sa_rows) {
+      iq = grow(s.iq, n * HI * dh);
+      lin8(qa_rows, sa_rows, n, 1, w.indexer->wq_b.w.get(), w.indexer->wq_b.s.get(), int64_t{HI} * dh, ql, nullptr,
+           iq, stream_);
+      rope_hadamard_q4_rows(iq, n * HI, dh, rope, pairs, RowPositions{.positions = step.pos, .rows_per_pos = HI},
+                            stream_);
+      if (branch) side_.order(stream_, cs);
+    };
+  }
   const bool ring_here = attn_path_ == DecodeAttnPath::kSm90;  // its attention reads the ring after the update
-  const bool kv_side = branch && !w.indexer;
-  const QkvRows p = project_qkv(
-      w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr,
-      ratio > 0 && w.indexer ? std::function<void(uint8_t*, float*)>(index_queries) : std::function<void(uint8_t*, float*)>{},
-      kv_side ? side_stream_ : nullptr, kv_side ? kv_event_ : nullptr);
+  const QkvRows p = project_qkv(w, x, xq, n, RowPositions{.positions = step.pos}, rope, ring_here ? caches : nullptr,
+                                index_queries, branch && !w.indexer ? &side_ : nullptr);
   uint8_t* qa = p.qa;
   float* sa = p.sa;
   float* q = p.q;
@@ -377,7 +374,6 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
   // 3. The indexer's scan of its compressed keys (on the side stream once its queries are done).
   DecodeAttnArgs a;
   if (ratio > 0 && w.indexer) {
-    if (branch) CUDA_CHECK(cudaStreamWaitEvent(side_stream_, iq_event_, 0));
     const int64_t max_visible = step.pos_bound / ratio;
     uint8_t* iws = grow(s.index_ws, static_cast<int64_t>(decode_index_workspace_bytes(attn_path_, n, max_visible)));
     int32_t* sel = grow(s.sel, n * c.index_topk);
@@ -387,10 +383,7 @@ void GpuModel::attention_decode(const AttentionW& w, int layer, int ratio, const
     a.sel_count = cnt;
     a.sel_stride = c.index_topk;
   }
-  if (branch) {
-    CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_, 0));
-  }
+  if (branch) side_.order(cs, stream_);  // join
   // 4. Sparse attention (window part = the whole window, as forward() for start_pos > 0),
   // 5. ring update.
   float* attn = grow(s.attn, n * H * d);
