@@ -16,7 +16,9 @@ namespace dsv4::gpu {
 namespace {
 
 constexpr int64_t kMoeDecodeTokens = 256;    // grouped-MoE call size up to which decode's workspace serves
-constexpr int64_t kMoePrefillTokens = 1024;  // prefill call size (workspace ≈ 160 MB at Flash TP2 shapes)
+// Prefill call size: the wide kernels (chunks of 128 tokens) take 4096-token calls (~96 tokens per
+// expert); workspace ≈ 0.8 GB at Flash TP1 shapes, 0.65 GB per rank at TP2.
+constexpr int64_t kMoePrefillTokens = 4096;
 
 }  // namespace
 
@@ -34,9 +36,9 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
              ids, static_cast<int>(E), k, static_cast<float>(c.routed_scaling_factor), parts, parts_size, eids, ewts,
              nullptr, stream_);
   if (grouped_moe_usable(w)) {  // chunks of at most the workspace's tokens
-    // Prefill takes larger calls: an expert's weights are streamed once per 8-token chunk of
-    // its tokens in a call, so 1024-token calls (~24 tokens per expert) stream them ~3 times
-    // where four 256-token calls stream them ~4 times.
+    // Prefill takes larger calls: an expert's weights are streamed and converted once per chunk
+    // of its tokens in a call (8, 32 or 128 tokens by call size: moe_grouped_forward), so the
+    // fewer, larger calls the better.
     const int64_t per_call = n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens;
     for (int64_t t0 = 0; t0 < n; t0 += per_call) {
       moe_grouped(w, std::min<int64_t>(per_call, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);

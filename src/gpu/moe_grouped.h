@@ -107,12 +107,14 @@ struct MoeGroupedArgs {
 // the stage-tile layout (moe_repack_experts).
 void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cudaStream_t stream);
 
-// Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the two GEMM
-// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below, 8 with chunks of
-// 32 tokens from 1024; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 8: 8 × 4 with chunks of
-// 32 tokens (every variant gives the same bits). Diagnostics (wrong results, so refused unless
-// allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
-// math; 6 runs 8 × 4's math without the weight copies.
+// Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the GEMM
+// launches — 0 (default): 16 warps × 2-stage rings from 8 tokens, 8 × 4 below, 8 from 1024
+// tokens, 9 from 4096; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 8: 8 × 4 with chunks of
+// 32 tokens; 9: the wide kernels (chunks of 128 tokens, two warpgroups per CTA on one chunk;
+// sm90_moe_wide.cuh). Every variant gives the same bits. Diagnostics (wrong results, so refused
+// unless allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
+// math; 6 runs 8 × 4's math without the weight copies; 10 / 11: the wide kernels' copies without
+// the math / math without the copies.
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
 }  // namespace dsv4::gpu

@@ -6,8 +6,8 @@
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
-// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..h = 0..7 with PDL]
-// DSV4_BENCH_T (e.g. "1,8"; also 512, 1024, 2048, which run only when named) and
+// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..l = 0..11 with PDL; ":" and ";" = 10, 11]
+// DSV4_BENCH_T (e.g. "1,8"; also 512 … 8192, which run only when named) and
 // DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick a subset of the table.
 #include <cuda_runtime.h>
 
@@ -117,7 +117,11 @@ int main(int argc, char** argv) {
               experts.bytes() / bw * 1e3, bw / 1e9);
   std::printf("time to read 6 experts at that rate: %.2f us\n\n", 6 * kExpertBytes / bw * 1e6);
 
-  const int Tmax = 2048;  // T > 256 (prefill-sized calls) only when DSV4_BENCH_T names them
+  // T > 256 (prefill-sized calls) only when DSV4_BENCH_T names them; the workspace holds the
+  // largest named one.
+  const int Tmax = picked("DSV4_BENCH_T", 8192) && named("DSV4_BENCH_T") ? 8192
+                   : picked("DSV4_BENCH_T", 4096) && named("DSV4_BENCH_T") ? 4096
+                                                                            : 2048;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> xh(size_t(Tmax) * D);
@@ -135,13 +139,13 @@ int main(int argc, char** argv) {
     PdlScope pdl_scope(pdl);
     rng.seed(7);  // the same routing sets for every variant
     std::printf("pipeline variant %d%s\n", pdl ? *v - 'a' : *v - '0', pdl ? " (PDL)" : "");
-    std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s\n", "case", "T", "experts", "MB", "med us", "min us", "max us",
-                "GB/s", "%HBM");
+    std::printf("%-14s %4s %8s %9s %9s %9s %9s %8s %7s %8s\n", "case", "T", "experts", "MB", "med us", "min us",
+                "max us", "GB/s", "%HBM", "TFLOP/s");
     const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
     for (int kind = 0; kind < 4; ++kind) {
       if (!picked("DSV4_BENCH_KINDS", kind)) continue;
-      for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}) {
-        if (kind >= 2 && T != 1 && T != 8 && T != 64) continue;
+      for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
+        if (kind >= 2 && T != 1 && T != 8 && T != 64 && T < 1024) continue;
         if (!picked("DSV4_BENCH_T", T) || (T > 256 && !named("DSV4_BENCH_T"))) continue;
         // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
         std::vector<int32_t> ids(size_t(R) * T * K);
@@ -197,8 +201,11 @@ int main(int argc, char** argv) {
         const double ex = kind == 3 ? 0 : distinct;
         const double bytes = ex * kExpertBytes + (kind != 2 ? kSharedBytes : 0) + 2.0 * T * D * 4;
         const float med = us.med;
-        std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%%\n", kinds[kind], T, ex, bytes / 1e6, med,
-                    us.lo, us.hi, bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw);
+        // Tensor work: 3 matrices of I × D per (token, expert), the shared expert counted as one.
+        const double flops = 2.0 * 3 * I * D * T * ((kind == 3 ? 0 : K) + (kind != 2 ? 1 : 0));
+        std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%% %8.1f\n", kinds[kind], T, ex, bytes / 1e6,
+                    med, us.lo, us.hi, bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw,
+                    flops / (med * 1e-6) / 1e12);
       }
     }
     std::printf("\n");

@@ -8,6 +8,7 @@
 
 #include "gpu/sm90_moe_fp4.cuh"
 #include "gpu/sm90_moe_group.cuh"
+#include "gpu/sm90_moe_wide.cuh"
 
 namespace dsv4::gpu {
 namespace {
@@ -41,6 +42,21 @@ void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
              kS.smem(), stream, p);
 }
 
+// The wide kernels (chunks of kWideN tokens): per phase the shared expert's chunks, then the
+// routed ones.
+template <int kDiag>
+void launch_wide(const moe4::Params& p, int grid, cudaStream_t stream) {
+  const int shared_items = p.has_shared ? moe4::shared_chunks(p.T, moe4::kWideN) / 2 : 0;
+  for (const bool up : {true, false}) {
+    const int sgrid = std::min(grid, shared_items * (up ? p.I / 64 : p.D / 128));
+    if (sgrid > 0)
+      launch_pdl(up ? moe4::moe_wide_kernel<true, true, kDiag> : moe4::moe_wide_kernel<false, true, kDiag>,
+                 dim3(sgrid), dim3(256), moe4::kWideSmem, stream, p);
+    launch_pdl(up ? moe4::moe_wide_kernel<true, false, kDiag> : moe4::moe_wide_kernel<false, false, kDiag>,
+               dim3(grid), dim3(256), moe4::kWideSmem, stream, p);
+  }
+}
+
 // SMs of the current device; also sets the kernels' shared-memory limit, once per device
 // (the attribute is per device: tensor-parallel ranks each need it).
 int sm_count() {
@@ -59,6 +75,19 @@ int sm_count() {
     set_smem_attr<kShape16x2, kDiagLoadOnly>();
     set_smem_attr<kShape8x4, kDiagMathOnly>();
     set_smem_attr<kShape8x4Wide, kDiagNone>();
+    for (const void* f : {reinterpret_cast<const void*>(moe_wide_kernel<true, true>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<true, false>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<false, true>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<false, false>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiagLoadOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiagLoadOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiagLoadOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiagLoadOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiagMathOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiagMathOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiagMathOnly>),
+                          reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiagMathOnly>)})
+      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem));
   });
   return counts[dev];
 }
@@ -177,8 +206,8 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
 }
 
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
-  DSV4_CHECK(variant >= 0 && variant <= 8, "grouped MoE: unknown pipeline variant ", variant);
-  DSV4_CHECK(variant <= 1 || variant == 4 || variant >= 7 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
+  DSV4_CHECK(variant >= 0 && variant <= 11, "grouped MoE: unknown pipeline variant ", variant);
+  DSV4_CHECK(variant <= 1 || variant == 4 || variant == 7 || variant == 8 || variant == 9 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
              " is a diagnostic (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
 }
@@ -225,12 +254,17 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // 8 × 4), 8 × 4 below (equal at T=1, better on the shared expert alone; docs/moe-grouped.md).
   // From 1024 tokens: 8 × 4 with chunks of 32 tokens (variant 8; one weight pass and one FP4
   // conversion per 32 of an expert's tokens, bit-identical: H200, Flash shapes, T = 1024 / 2048:
-  // −15 % / −11 %; slower up to 512).
+  // −15 % / −11 %; slower up to 512). From 4096: the wide kernels, chunks of 128 tokens
+  // (variant 9, sm90_moe_wide.cuh; H200, T = 4096 / 8192: −33 % / −34 % against variant 8; equal
+  // at 2048, where an expert's ~48 tokens fill 3/8 of a chunk).
   int variant = g_pipeline.load(std::memory_order_relaxed);
-  if (variant == 0) variant = p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
-  p.chunk_tokens = variant == 8 ? moe4::kTokWide : moe4::kTok;
+  if (variant == 0) variant = p.T >= 4096 ? 9 : p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
+  p.chunk_tokens = variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
   launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   switch (variant) {
+    case 9: launch_wide<moe4::kDiagNone>(p, grid, stream); break;
+    case 10: launch_wide<moe4::kDiagLoadOnly>(p, grid, stream); break;
+    case 11: launch_wide<moe4::kDiagMathOnly>(p, grid, stream); break;
     case 1: launch_gemms<moe4::kShape12x3, moe4::kDiagNone>(p, grid, stream); break;
     case 2: launch_gemms<moe4::kShape8x4, moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 3: launch_gemms<moe4::kShape12x3, moe4::kDiagLoadOnly>(p, grid, stream); break;

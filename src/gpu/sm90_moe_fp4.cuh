@@ -113,7 +113,7 @@ struct Params {
   unsigned* arrive;           // [max chunks · I/128], zero between calls
   float* y;                   // [P+T, D] expert outputs (bf16 values)
   float* out;                 // [T, D]
-  int chunk_tokens;           // kTok or kTokWide: the gemm launches' GemmShape::tokens
+  int chunk_tokens;           // kTok, kTokWide (GemmShape::tokens) or kWideN (sm90_moe_wide.cuh)
 };
 
 // Chunks of the shared expert for T tokens: ⌈T/ct⌉ chunks of ct = chunk_tokens, each listed twice

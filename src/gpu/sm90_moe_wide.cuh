@@ -1,0 +1,437 @@
+// Grouped W4A8 MoE on sm_90a, device side: the gemm phases (1: gate+up, 2: down) for large
+// calls (prefill), with chunks of up to kWideN = 128 tokens. Same per-element arithmetic as
+// moe_item (sm90_moe_fp4.cuh) — so the same bits whatever the chunk size — but one weight pass
+// and one FP4 → e4m3 conversion per 128 of an expert's tokens, and a wgmma of n = 128 per
+// 32-K block (4× the work of the 32-token chunks between two waits).
+//
+// CTA = 2 warpgroups (8 warps), one CTA per SM, persistent over items. An item is (chunk,
+// row group); both warpgroups work on the same chunk, so its activations are staged once per
+// CTA. Warp (h = warp / 4, w = warp % 4) owns one m-tile of 16 output rows:
+//   gate+up (group of 64 I rows): FP4 w1 (h = 0) or w3 (h = 1) stage-tile 4·grp + w; FP8 (the
+//     shared expert) the two 8-row tiles 2(4·grp + w), +1 of w1 / w3. The gate+up epilogue
+//     hands the up sums to the gate warps through shared memory.
+//   down (group of 128 D rows): FP4 the 16-row half h of w2 tile 4·grp + w; FP8 w2 tile
+//     8·grp + 4h + w.
+// The shared expert's chunks are listed twice (halves, for the small kernels); here the first
+// listing covers all rows and the second is skipped. The shared expert runs as its own launch.
+// Ring of kWideStages stages of 256 K, refilled by cp.async from all 256 threads:
+//   activations kWideN slots × 256 B in the 128-byte-swizzled wgmma B layout (b_desc_sw128),
+//   then per slot 4 floats: the Q8 scales of 128-K blocks 2s−2 .. 2s+1
+//   (the first two only for s > 0: the FP4 accumulator's rescale at block edges needs the
+//   previous block's scale);
+//   per warp 4 KB of weights (FP4: 16 rows × 128 B, FP8: 16 rows × 256 B) + FP4 row scales
+//   (16 rows × 8 B).
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/sm90_moe_fp4.cuh"
+
+namespace dsv4::gpu::moe4 {
+
+constexpr int kWideN = 128;
+constexpr int kWideStages = 3;
+constexpr int kWideAct = kWideN * 256;                 // activations of one stage
+constexpr int kWideScales = kWideN * 16;               // 4 floats per slot
+constexpr int kWideWarp = 4096 + 128;                  // weights + FP4 row scales
+constexpr int kWideStage = kWideAct + kWideScales + 8 * kWideWarp;  // 68,608 B
+// + the chunk's activation row per slot (128 ints) and the arrival word; + 1 KB to align the
+// ring to 1024 bytes (the swizzled layout's atoms).
+constexpr int kWideSmem = kWideStages * kWideStage + kWideN * 4 + 16 + 1024;  // 207,376 B
+
+// d = A(64×32 e4m3, the warp's m16n8k32 A fragment) · B(32 × 128 e4m3 at desc), fp32, fresh.
+// d[4j + 2r + c]: row g + 8r of the warp's 16, column 8j + 2t + c.
+__device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "{%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+        "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+        "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+        "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+        "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+        "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+        "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// The same over 64 columns: the 128 slots run as two halves (FP4: pipelined; FP8: its block
+// sums need a second set of partials). d[4j + 2r + c]: row g + 8r, column 8j + 2t + c of the half.
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wgmma_e4m3_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+        "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+        "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// Shared-memory descriptor of a stage's activations in the 128-byte-swizzled K-major layout:
+// K-half hk (128 K) of slot n is the 128-byte row at hk·kWideN·128 + n·128, its 16-byte granule
+// c stored at granule c ^ (n & 7) (so a warp's copy of whole rows writes whole 128-byte lines,
+// and the global reads are contiguous rows); 8-row groups 1024 B apart (stride byte offset).
+// The stage base must be 1024-byte aligned.
+__device__ __forceinline__ uint64_t b_desc_sw128(uint32_t saddr) {
+  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+// Descriptor offset (16-byte units) of 32-K block kb (0..7) of the stage and of column half
+// `half` (slots 64·half ..): within a K-half the start address moves by 32 bytes per block.
+__device__ __forceinline__ uint64_t b_off(int kb, int half) {
+  return uint64_t((kb >> 2) * (kWideN * 128 / 16) + (kb & 3) * 2 + half * (64 * 128 / 16));
+}
+// Byte offset of granule c (0..7) of K-half hk of slot n in the swizzled stage layout.
+__device__ __forceinline__ int act_sw_offset(int n, int hk, int c) { return hk * kWideN * 128 + n * 128 + ((c ^ (n & 7)) << 4); }
+
+// Where warp (h, w) of an item reads its weights: stage s of its 16 rows is the 2 KB block
+// wa + s·stride (FP4; FP8: 2 KB at wa + s·stride and 2 KB at wb + s·stride), FP4 row scales
+// 128 B at sc + s·sstride; FP8 block scales sblk[s·2 + hb]; out_row0 = first output row.
+struct WideWarp {
+  const uint8_t *wa, *wb, *sc, *sblk;
+  int stride, sstride, out_row0;
+};
+
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ WideWarp wide_warp(const Params& p, const ExpertPtrs& ex, int grp, int h, int w) {
+  const int K = kUp ? p.D : p.I, nst = K / 256;
+  WideWarp r{};
+  if constexpr (!kFp8) {
+    r.stride = kUp ? 2048 : 4096;
+    r.sstride = kUp ? 128 : 256;
+    const int tile = 4 * grp + w;  // up: 16-row tiles of w1 / w3; down: 32-row tiles of w2
+    if constexpr (kUp) {
+      r.wa = (h ? ex.w3 : ex.w1) + size_t(tile) * nst * 2048;
+      r.sc = (h ? ex.s3 : ex.s1) + size_t(tile) * nst * 128;
+      r.out_row0 = 16 * tile;
+    } else {
+      r.wa = ex.w2 + size_t(tile) * nst * 4096 + h * 2048;
+      r.sc = ex.s2 + size_t(tile) * nst * 256 + h * 128;
+      r.out_row0 = 32 * tile + 16 * h;
+    }
+  } else {
+    r.stride = 2048;
+    if constexpr (kUp) {
+      const int t8 = 2 * (4 * grp + w);  // 8-row tiles of w1 / w3
+      const uint8_t* m = h ? ex.w3 : ex.w1;
+      r.wa = m + size_t(t8) * nst * 2048;
+      r.wb = m + size_t(t8 + 1) * nst * 2048;
+      r.out_row0 = 16 * (4 * grp + w);
+      r.sblk = (h ? ex.s3 : ex.s1) + (r.out_row0 / 128) * (K / 128);
+    } else {
+      const int t16 = 8 * grp + 4 * h + w;  // 16-row tiles of w2 (4 KB per stage)
+      r.wa = ex.w2 + size_t(t16) * nst * 4096;
+      r.wb = r.wa + 2048;
+      r.stride = 4096;
+      r.out_row0 = 16 * t16;
+      r.sblk = ex.s2 + (r.out_row0 / 128) * (K / 128);
+    }
+  }
+  return r;
+}
+
+// The FP4 partial d of 32-K block kb (within the stage) for column half `half` (slots
+// 64·half ..) into acc (units of 2⁶·s_x): row g's E8M0 byte kb of sr0, row g+8's of sr1.
+__device__ __forceinline__ void wide_fma_fp4(float (&acc)[64], const float (&d)[32], int half, int kb, uint2 sr0,
+                                             uint2 sr1) {
+  const uint32_t sel = 0x0444u | (uint32_t(kb & 3) << 12);
+  const float sg = __uint_as_float(prmt(kb >= 4 ? sr0.y : sr0.x, 0u, sel) >> 1);
+  const float sg8 = __uint_as_float(prmt(kb >= 4 ? sr1.y : sr1.x, 0u, sel) >> 1);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int e = 4 * (j + 8 * half);
+    acc[e + 0] = fmaf(d[4 * j + 0], sg, acc[e + 0]);
+    acc[e + 1] = fmaf(d[4 * j + 1], sg, acc[e + 1]);
+    acc[e + 2] = fmaf(d[4 * j + 2], sg8, acc[e + 2]);
+    acc[e + 3] = fmaf(d[4 * j + 3], sg8, acc[e + 3]);
+  }
+}
+
+// FP4 accumulator rescale factors at a 128-K block edge: column slot 8j + 2t + c's
+// s_x(old) / s_x(new) (exact powers of two; moe_item's scale_cols) into r[2j + c], old / new =
+// floats io, io + 1 of the slot's record.
+__device__ __forceinline__ void wide_ratios(float (&r)[32], const float* scales, int t, int io) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float* f = scales + (8 * j + 2 * t + c) * 4 + io;
+      r[2 * j + c] = pow2_ratio(f[0], f[1]);
+    }
+}
+__device__ __forceinline__ void wide_rescale(float (&acc)[64], const float (&r)[32]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      acc[4 * j + c] *= r[2 * j + c];
+      acc[4 * j + 2 + c] *= r[2 * j + c];
+    }
+}
+
+// One 256-K stage of a warp's m-tile: W the warp's ring slot, act the stage's activations
+// (scales after them), s the stage's index, last: the item's last stage (FP4: acc ← acc·S).
+template <bool kFp8>
+__device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act, const WideWarp& ww, int s, bool last,
+                                           int lane, float (&acc)[64]) {
+  const int g = lane >> 2, t = lane & 3;
+  const float* scales = reinterpret_cast<const float*>(act + kWideAct);
+  const uint64_t desc = b_desc_sw128(smem_u32(act));
+  if constexpr (!kFp8) {
+    const uint2 sr0 = *reinterpret_cast<const uint2*>(W + 4096 + g * 8);
+    const uint2 sr1 = *reinterpret_cast<const uint2*>(W + 4096 + (g + 8) * 8);
+    // The stage's two 128-K block edges (before blocks 0 and 4). Per 32-K block both column
+    // halves' wgmmas, one wait, then both partials scaled into acc (the other warpgroup's
+    // wgmmas run meanwhile).
+    if (s > 0) {
+      float r[32];
+      wide_ratios(r, scales, t, 1);
+      wide_rescale(acc, r);
+    }
+    // Block kb's FP4 weight words (rows g, g + 8), loaded one block ahead.
+    auto wload = [&](int kb, uint32_t& w0, uint32_t& w1) {
+      const int gofs = ((kb ^ g) << 4) + t * 4;
+      w0 = *reinterpret_cast<const uint32_t*>(W + g * 128 + gofs);
+      w1 = *reinterpret_cast<const uint32_t*>(W + (g + 8) * 128 + gofs);
+    };
+    uint32_t w0, w1;
+    wload(0, w0, w1);
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      if (kb == 4) {
+        float r[32];
+        wide_ratios(r, scales, t, 2);
+        wide_rescale(acc, r);
+      }
+      const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
+      float d0[32], d1[32];
+      wg_fence();
+      wgmma_e4m3_n64(d0, a, desc + b_off(kb, 0));
+      wgmma_e4m3_n64(d1, a, desc + b_off(kb, 1));
+      wg_commit();
+      if (kb < 7) wload(kb + 1, w0, w1);
+      wg_wait0();
+      wide_fma_fp4(acc, d0, 0, kb, sr0, sr1);
+      wide_fma_fp4(acc, d1, 1, kb, sr0, sr1);
+    }
+    if (last) {  // u → acc = u·2⁶·s_x of the last block
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float m = scales[(8 * j + 2 * t + c) * 4 + 3] * 64.0f;
+          acc[4 * j + c] *= m;
+          acc[4 * j + 2 + c] *= m;
+        }
+    }
+  } else {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // slots 64·half .. +63
+#pragma unroll 1
+      for (int hb = 0; hb < 2; ++hb) {  // 128-K blocks: 4 fresh partials summed in K order, then scaled
+        // Two wgmmas per wait: partials 0, 1 into ds, d; then 2, 3 into d, d2.
+        float ds[32], d[32], d2[32];
+        uint32_t a[4][4];
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) {
+          const int gofs = (((2 * (4 * hb + kq) + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
+          const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
+          const uint2 v1 = *reinterpret_cast<const uint2*>(W + 2048 + g * 256 + gofs);
+          a[kq][0] = prmt(v0.x, v0.y, 0x6420);
+          a[kq][1] = prmt(v1.x, v1.y, 0x6420);
+          a[kq][2] = prmt(v0.x, v0.y, 0x7531);
+          a[kq][3] = prmt(v1.x, v1.y, 0x7531);
+        }
+        wg_fence();
+        wgmma_e4m3_n64(ds, a[0], desc + b_off(4 * hb, half));
+        wgmma_e4m3_n64(d, a[1], desc + b_off(4 * hb + 1, half));
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) ds[i] += d[i];
+        wg_fence();
+        wgmma_e4m3_n64(d, a[2], desc + b_off(4 * hb + 2, half));
+        wgmma_e4m3_n64(d2, a[3], desc + b_off(4 * hb + 3, half));
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) ds[i] = (ds[i] + d[i]) + d2[i];
+        const float sw = e8m0f(__ldg(ww.sblk + 2 * s + hb));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int jj = j + 8 * half;
+          const float xa = scales[(8 * jj + 2 * t) * 4 + 2 + hb] * sw;
+          const float xb = scales[(8 * jj + 2 * t + 1) * 4 + 2 + hb] * sw;
+          acc[4 * jj + 0] = fmaf(ds[4 * j + 0], xa, acc[4 * jj + 0]);
+          acc[4 * jj + 1] = fmaf(ds[4 * j + 1], xb, acc[4 * jj + 1]);
+          acc[4 * jj + 2] = fmaf(ds[4 * j + 2], xa, acc[4 * jj + 2]);
+          acc[4 * jj + 3] = fmaf(ds[4 * j + 3], xb, acc[4 * jj + 3]);
+        }
+      }
+    }
+  }
+}
+
+// One item (chunk ch = chunks[ci], row group grp) of phase 1 (kUp) or 2 for the whole CTA.
+template <bool kUp, bool kFp8, int kDiag>
+__device__ __forceinline__ void wide_item(const Params& p, const Chunk& ch, int ci, int grp, uint8_t* smem) {
+  const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
+  const int K = kUp ? p.D : p.I, nst = K / 256;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, h = warp >> 2, w = warp & 3;
+  const WideWarp ww = wide_warp<kUp, kFp8>(p, ex, grp, h, w);
+  // Activation copies, 8 granules per thread and stage: unit u = tid + 256·i is granule u % 8
+  // of K-half (u / 8) % 2 of slot u / 16, so a warp reads two slots' 256 contiguous bytes.
+  // rows[n]: slot n's activation row (−1: no token), filled before the first issue.
+  int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);
+  const int c8 = tid & 7, hk = (tid >> 3) & 1, n0 = tid >> 4;
+  const uint8_t* abase = kUp ? p.xq : p.hq;
+  // Scales: thread n < 128 copies slot n's.
+  const int n = tid;
+  const bool live = n < ch.n;
+  const int my_row = live ? (kUp ? p.pos_token[ch.pos + n] : ch.pos + n) : -1;
+  if (tid < kWideN) rows[tid] = my_row;
+  const float* ssrc = (kUp ? p.xs : p.hs) + size_t(max(my_row, 0)) * (K / 128);
+  __syncthreads();
+
+  auto issue = [&](int s) {
+    if (s < nst && kDiag != kDiagMathOnly) {
+      uint8_t* st = smem + (s % kWideStages) * kWideStage;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int ni = n0 + 16 * i, r = rows[ni];
+        if (r >= 0) cp16(st + act_sw_offset(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
+      }
+      if (live) {
+        float* sc = reinterpret_cast<float*>(st + kWideAct) + n * 4;
+        cp8(sc + 2, ssrc + 2 * s);
+        if (s > 0) cp8(sc, ssrc + 2 * s - 2);
+      }
+      uint8_t* ws = st + kWideAct + kWideScales + warp * kWideWarp;
+#pragma unroll
+      for (int i = 0; i < (kFp8 ? 8 : 4); ++i) {
+        const int q = lane + 32 * i;  // granule of the warp's 2 KB (FP8: 4 KB) stage
+        const uint8_t* src = (kFp8 && q >= 128) ? ww.wb + size_t(s) * ww.stride + (q - 128) * 16
+                                                : ww.wa + size_t(s) * ww.stride + q * 16;
+        cp16(ws + q * 16, src);
+      }
+      if (!kFp8 && lane < 8) cp16(ws + 4096 + lane * 16, ww.sc + size_t(s) * ww.sstride + lane * 16);
+    }
+    cp_commit();
+  };
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kWideStages - 1; ++s) issue(s);
+  for (int s = 0; s < nst; ++s) {
+    cp_wait<kWideStages - 2>();
+    fence_proxy_async();
+    __syncthreads();  // stage s landed for every thread; every warp is done with stage s − 1
+    issue(s + kWideStages - 1);
+    const uint8_t* st = smem + (s % kWideStages) * kWideStage;
+    if constexpr (kDiag != kDiagLoadOnly) wide_stage<kFp8>(st + kWideAct + kWideScales + warp * kWideWarp, st, ww, s, s == nst - 1, lane, acc);
+  }
+  cp_wait<0>();
+  __syncthreads();  // the ring is free (the up epilogue reuses it)
+
+  const int g = lane >> 2, t = lane & 3;
+  if constexpr (kUp) {
+    // Both warpgroups park their sums (gate: h = 0, up: h = 1) in shared memory; warpgroup h
+    // then forms the h values of rows g + 8h of the 16 (the other row half from the other's).
+    float* xbuf = reinterpret_cast<float*>(smem);  // [2][4 warps][64][32]
+#pragma unroll
+    for (int i = 0; i < 64; ++i) xbuf[((h * 4 + w) * 64 + i) * 32 + lane] = acc[i];
+    __syncthreads();
+    const float* other = xbuf + (((1 - h) * 4 + w) * 64) * 32 + lane;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int i = 8 * j + 2 * t + c;
+        if (i >= ch.n) continue;
+        const float wt = kFp8 ? 1.0f : p.pos_weight[ch.pos + i];
+        const int e = 4 * j + 2 * h + c;  // row g + 8h (acc indexed statically: registers)
+        const float mine = h == 0 ? acc[4 * j + c] : acc[4 * j + 2 + c];
+        const float gv = h == 0 ? mine : other[e * 32], uv = h == 0 ? other[e * 32] : mine;
+        p.h[size_t(ch.pos + i) * p.I + ww.out_row0 + g + 8 * h] = swiglu_h<!kFp8>(gv, uv, p.limit, wt);
+      }
+    // The second of the two items covering a 128-wide I block Q8-quantizes it (per token).
+    __threadfence();
+    __syncthreads();
+    unsigned& old_arrive = *reinterpret_cast<unsigned*>(rows + kWideN);
+    const int qb = grp >> 1, nqb = p.I / 128;
+    if (tid == 0) old_arrive = atomicAdd(&p.arrive[ci * nqb + qb], 1u);
+    __syncthreads();
+    if (old_arrive == 1) {
+      __threadfence();
+      // This warp's tokens warp, warp + 8, …, 8 loads in flight at once.
+#pragma unroll 1
+      for (int k0 = 0; k0 < kWideN / 8; k0 += 8) {
+        float4 v[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int i = warp + 8 * (k0 + k);
+          if (i < ch.n) v[k] = __ldcg(reinterpret_cast<const float4*>(p.h + size_t(ch.pos + i) * p.I + qb * 128 + lane * 4));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int i = warp + 8 * (k0 + k);
+          if (i < ch.n) {
+            const size_t pos = ch.pos + i;
+            q8_block_store(v[k], lane, qb * 128, p.hq + pos * p.I, p.hs + pos * nqb + qb);
+          }
+        }
+      }
+      if (tid == 0) p.arrive[ci * nqb + qb] = 0;
+    }
+    __syncthreads();  // old_arrive is read before the next item's tid 0 rewrites it
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int i = 8 * j + 2 * t + c;
+        if (i >= ch.n) continue;
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          p.y[size_t(ch.pos + i) * p.D + ww.out_row0 + g + 8 * r] = round_bf16(acc[4 * j + 2 * r + c]);
+      }
+  }
+}
+
+// Phases 1 (kUp) and 2 with chunks of ≤ kWideN tokens (Params::chunk_tokens == kWideN), one
+// launch for the shared expert's chunks (kFp8: chunk list entries 0, 2, …, shared_chunks − 2)
+// and one for the routed chunks (the rest): grid ≤ SMs, 256 threads, kWideSmem bytes of dynamic
+// shared memory; CTA b takes items b, b + grid, … of (chunk, row group): I/64 groups per chunk
+// (gate+up), D/128 (down). (Two kernels: with both paths in one, ptxas spills the
+// accumulators or, with the item out of line, serializes the wgmmas.) kDiag (benchmarks, wrong
+// results): kDiagLoadOnly the copies without the math, kDiagMathOnly the math without them.
+template <bool kUp, bool kFp8, int kDiag = kDiagNone>
+__global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  pdl_wait();
+  pdl_trigger();
+  const int groups = kUp ? p.I / 64 : p.D / 128;
+  const int nsc = p.has_shared ? shared_chunks(p.T, kWideN) : 0;
+  const int total = (kFp8 ? nsc / 2 : *p.num_chunks - nsc) * groups;
+  for (int item = blockIdx.x; item < total; item += gridDim.x) {
+    const int c = item / groups, grp = item - c * groups;
+    const int ci = kFp8 ? 2 * c : nsc + c;
+    wide_item<kUp, kFp8, kDiag>(p, p.chunks[ci], ci, grp, smem);
+  }
+}
+
+}  // namespace dsv4::gpu::moe4
