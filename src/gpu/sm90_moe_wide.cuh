@@ -35,9 +35,9 @@ constexpr int kWideAct = kWideN * 256;                 // activations of one sta
 constexpr int kWideScales = kWideN * 16;               // 4 floats per slot
 constexpr int kWideWarp = 4096 + 128;                  // weights + FP4 row scales
 constexpr int kWideStage = kWideAct + kWideScales + 8 * kWideWarp;  // 68,608 B
-// + the chunk's activation row per slot (128 ints) and the arrival word; + 1 KB to align the
-// ring to 1024 bytes (the swizzled layout's atoms).
-constexpr int kWideSmem = kWideStages * kWideStage + kWideN * 4 + 16 + 1024;  // 207,376 B
+// + two items' activation rows per slot (2 × 128 ints) and the arrival word; + 1 KB to align
+// the ring to 1024 bytes (the swizzled layout's atoms).
+constexpr int kWideSmem = kWideStages * kWideStage + 2 * kWideN * 4 + 16 + 1024;  // 207,888 B
 
 // d = A(64×32 e4m3, the warp's m16n8k32 A fragment) · B(32 × 128 e4m3 at desc), fp32, fresh.
 // d[4j + 2r + c]: row g + 8r of the warp's 16, column 8j + 2t + c.
@@ -283,74 +283,85 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
   }
 }
 
-// One item (chunk ch = chunks[ci], row group grp) of phase 1 (kUp) or 2 for the whole CTA.
+// This thread's view of one item (chunk ci, row group grp) of phase 1 (kUp) or 2.
+struct WideItem {
+  Chunk ch;
+  int ci, grp;
+  WideWarp ww;
+  const float* ssrc;  // this thread's slot's activation scales (slot = tid < ch.n)
+  int rb;             // its rows[] buffer (0 / 1)
+  bool valid;
+};
+
+// Item `item` of this launch (valid if < total): reads its chunk and expert, writes slot tid's
+// activation row to rows[rb][tid] (−1: no token). The caller syncs before issuing copies.
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int total, int groups, int nsc, int* rows,
+                                                 int rb) {
+  WideItem it{};
+  it.valid = item < total;
+  it.rb = rb;
+  if (!it.valid) return it;
+  const int c = item / groups;
+  it.grp = item - c * groups;
+  it.ci = kFp8 ? 2 * c : nsc + c;
+  it.ch = p.chunks[it.ci];
+  const ExpertPtrs ex = kFp8 ? p.shared : p.experts[it.ch.expert];
+  const int tid = threadIdx.x, warp = tid >> 5;
+  it.ww = wide_warp<kUp, kFp8>(p, ex, it.grp, warp >> 2, warp & 3);
+  const int K = kUp ? p.D : p.I;
+  const int row = tid < it.ch.n ? (kUp ? p.pos_token[it.ch.pos + tid] : it.ch.pos + tid) : -1;
+  if (tid < kWideN) rows[rb * kWideN + tid] = row;
+  it.ssrc = (kUp ? p.xs : p.hs) + size_t(max(row, 0)) * (K / 128);
+  return it;
+}
+
+// Stage s of item `it` into ring slot st (one cp.async commit group per call, empty if there
+// is no such stage). Activations: unit u = tid + 256·i is granule u % 8 of K-half (u / 8) % 2
+// of slot u / 16, so a warp reads two slots' 256 contiguous bytes.
 template <bool kUp, bool kFp8, int kDiag>
-__device__ __forceinline__ void wide_item(const Params& p, const Chunk& ch, int ci, int grp, uint8_t* smem) {
-  const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
+__device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, int s, uint8_t* st, const int* rows) {
   const int K = kUp ? p.D : p.I, nst = K / 256;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, h = warp >> 2, w = warp & 3;
-  const WideWarp ww = wide_warp<kUp, kFp8>(p, ex, grp, h, w);
-  // Activation copies, 8 granules per thread and stage: unit u = tid + 256·i is granule u % 8
-  // of K-half (u / 8) % 2 of slot u / 16, so a warp reads two slots' 256 contiguous bytes.
-  // rows[n]: slot n's activation row (−1: no token), filled before the first issue.
-  int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);
-  const int c8 = tid & 7, hk = (tid >> 3) & 1, n0 = tid >> 4;
-  const uint8_t* abase = kUp ? p.xq : p.hq;
-  // Scales: thread n < 128 copies slot n's.
-  const int n = tid;
-  const bool live = n < ch.n;
-  const int my_row = live ? (kUp ? p.pos_token[ch.pos + n] : ch.pos + n) : -1;
-  if (tid < kWideN) rows[tid] = my_row;
-  const float* ssrc = (kUp ? p.xs : p.hs) + size_t(max(my_row, 0)) * (K / 128);
-  __syncthreads();
-
-  auto issue = [&](int s) {
-    if (s < nst && kDiag != kDiagMathOnly) {
-      uint8_t* st = smem + (s % kWideStages) * kWideStage;
+  if (it.valid && s < nst && kDiag != kDiagMathOnly) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int c8 = tid & 7, hk = (tid >> 3) & 1, n0 = tid >> 4;
+    const uint8_t* abase = kUp ? p.xq : p.hq;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int ni = n0 + 16 * i, r = rows[ni];
-        if (r >= 0) cp16(st + act_sw_offset(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
-      }
-      if (live) {
-        float* sc = reinterpret_cast<float*>(st + kWideAct) + n * 4;
-        cp8(sc + 2, ssrc + 2 * s);
-        if (s > 0) cp8(sc, ssrc + 2 * s - 2);
-      }
-      uint8_t* ws = st + kWideAct + kWideScales + warp * kWideWarp;
-#pragma unroll
-      for (int i = 0; i < (kFp8 ? 8 : 4); ++i) {
-        const int q = lane + 32 * i;  // granule of the warp's 2 KB (FP8: 4 KB) stage
-        const uint8_t* src = (kFp8 && q >= 128) ? ww.wb + size_t(s) * ww.stride + (q - 128) * 16
-                                                : ww.wa + size_t(s) * ww.stride + q * 16;
-        cp16(ws + q * 16, src);
-      }
-      if (!kFp8 && lane < 8) cp16(ws + 4096 + lane * 16, ww.sc + size_t(s) * ww.sstride + lane * 16);
+    for (int i = 0; i < 8; ++i) {
+      const int ni = n0 + 16 * i, r = rows[it.rb * kWideN + ni];
+      if (r >= 0) cp16(st + act_sw_offset(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
     }
-    cp_commit();
-  };
-
-  float acc[64];
+    if (tid < it.ch.n) {
+      float* sc = reinterpret_cast<float*>(st + kWideAct) + tid * 4;
+      cp8(sc + 2, it.ssrc + 2 * s);
+      if (s > 0) cp8(sc, it.ssrc + 2 * s - 2);
+    }
+    uint8_t* ws = st + kWideAct + kWideScales + warp * kWideWarp;
+    const WideWarp& ww = it.ww;
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kWideStages - 1; ++s) issue(s);
-  for (int s = 0; s < nst; ++s) {
-    cp_wait<kWideStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // stage s landed for every thread; every warp is done with stage s − 1
-    issue(s + kWideStages - 1);
-    const uint8_t* st = smem + (s % kWideStages) * kWideStage;
-    if constexpr (kDiag != kDiagLoadOnly) wide_stage<kFp8>(st + kWideAct + kWideScales + warp * kWideWarp, st, ww, s, s == nst - 1, lane, acc);
+    for (int i = 0; i < (kFp8 ? 8 : 4); ++i) {
+      const int q = lane + 32 * i;  // granule of the warp's 2 KB (FP8: 4 KB) stage
+      const uint8_t* src = (kFp8 && q >= 128) ? ww.wb + size_t(s) * ww.stride + (q - 128) * 16
+                                              : ww.wa + size_t(s) * ww.stride + q * 16;
+      cp16(ws + q * 16, src);
+    }
+    if (!kFp8 && lane < 8) cp16(ws + 4096 + lane * 16, ww.sc + size_t(s) * ww.sstride + lane * 16);
   }
-  cp_wait<0>();
-  __syncthreads();  // the ring is free (the up epilogue reuses it)
+  cp_commit();
+}
 
+// The epilogue of item `it` (acc: this warp's m-tile sums; xbuf: 64 KB of free shared memory;
+// arrive_word: a shared word). gate+up: SwiGLU → h, and the second of the two items of a
+// 128-wide I block Q8-quantizes it; down: y.
+template <bool kUp, bool kFp8>
+__device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& it, const float (&acc)[64],
+                                              float* xbuf, unsigned* arrive_word) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, h = warp >> 2, w = warp & 3;
   const int g = lane >> 2, t = lane & 3;
+  const Chunk& ch = it.ch;
   if constexpr (kUp) {
     // Both warpgroups park their sums (gate: h = 0, up: h = 1) in shared memory; warpgroup h
     // then forms the h values of rows g + 8h of the 16 (the other row half from the other's).
-    float* xbuf = reinterpret_cast<float*>(smem);  // [2][4 warps][64][32]
 #pragma unroll
     for (int i = 0; i < 64; ++i) xbuf[((h * 4 + w) * 64 + i) * 32 + lane] = acc[i];
     __syncthreads();
@@ -365,16 +376,14 @@ __device__ __forceinline__ void wide_item(const Params& p, const Chunk& ch, int 
         const int e = 4 * j + 2 * h + c;  // row g + 8h (acc indexed statically: registers)
         const float mine = h == 0 ? acc[4 * j + c] : acc[4 * j + 2 + c];
         const float gv = h == 0 ? mine : other[e * 32], uv = h == 0 ? other[e * 32] : mine;
-        p.h[size_t(ch.pos + i) * p.I + ww.out_row0 + g + 8 * h] = swiglu_h<!kFp8>(gv, uv, p.limit, wt);
+        p.h[size_t(ch.pos + i) * p.I + it.ww.out_row0 + g + 8 * h] = swiglu_h<!kFp8>(gv, uv, p.limit, wt);
       }
-    // The second of the two items covering a 128-wide I block Q8-quantizes it (per token).
     __threadfence();
     __syncthreads();
-    unsigned& old_arrive = *reinterpret_cast<unsigned*>(rows + kWideN);
-    const int qb = grp >> 1, nqb = p.I / 128;
-    if (tid == 0) old_arrive = atomicAdd(&p.arrive[ci * nqb + qb], 1u);
+    const int qb = it.grp >> 1, nqb = p.I / 128;
+    if (tid == 0) *arrive_word = atomicAdd(&p.arrive[it.ci * nqb + qb], 1u);
     __syncthreads();
-    if (old_arrive == 1) {
+    if (*arrive_word == 1) {
       __threadfence();
       // This warp's tokens warp, warp + 8, …, 8 loads in flight at once.
 #pragma unroll 1
@@ -394,9 +403,9 @@ __device__ __forceinline__ void wide_item(const Params& p, const Chunk& ch, int 
           }
         }
       }
-      if (tid == 0) p.arrive[ci * nqb + qb] = 0;
+      if (tid == 0) p.arrive[it.ci * nqb + qb] = 0;
     }
-    __syncthreads();  // old_arrive is read before the next item's tid 0 rewrites it
+    __syncthreads();  // the arrival word is read before the next item's tid 0 rewrites it
   } else {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
@@ -406,7 +415,7 @@ __device__ __forceinline__ void wide_item(const Params& p, const Chunk& ch, int 
         if (i >= ch.n) continue;
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          p.y[size_t(ch.pos + i) * p.D + ww.out_row0 + g + 8 * r] = round_bf16(acc[4 * j + 2 * r + c]);
+          p.y[size_t(ch.pos + i) * p.D + it.ww.out_row0 + g + 8 * r] = round_bf16(acc[4 * j + 2 * r + c]);
       }
   }
 }
@@ -418,19 +427,53 @@ __device__ __forceinline__ void wide_item(const Params& p, const Chunk& ch, int 
 // (gate+up), D/128 (down). (Two kernels: with both paths in one, ptxas spills the
 // accumulators or, with the item out of line, serializes the wgmmas.) kDiag (benchmarks, wrong
 // results): kDiagLoadOnly the copies without the math, kDiagMathOnly the math without them.
+// One ring across items: ring slot = the CTA's running stage count mod kWideStages. When an
+// item's mainloop ends, the next item's chunk is read and its first stages issued before this
+// item's epilogue, which uses the slot of its own last stage (the other two hold the next
+// item's first stages).
 template <bool kUp, bool kFp8, int kDiag = kDiagNone>
 __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);  // [2][kWideN]
+  unsigned* arrive_word = reinterpret_cast<unsigned*>(rows + 2 * kWideN);
   pdl_wait();
   pdl_trigger();
   const int groups = kUp ? p.I / 64 : p.D / 128;
   const int nsc = p.has_shared ? shared_chunks(p.T, kWideN) : 0;
   const int total = (kFp8 ? nsc / 2 : *p.num_chunks - nsc) * groups;
-  for (int item = blockIdx.x; item < total; item += gridDim.x) {
-    const int c = item / groups, grp = item - c * groups;
-    const int ci = kFp8 ? 2 * c : nsc + c;
-    wide_item<kUp, kFp8, kDiag>(p, p.chunks[ci], ci, grp, smem);
+  const int nst = (kUp ? p.D : p.I) / 256;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  auto slot = [&](int gs) { return smem + (gs % kWideStages) * kWideStage; };
+  int item = blockIdx.x, gs = 0;  // gs: the running stage count at the current item's stage 0
+  WideItem cur = wide_prepare<kUp, kFp8>(p, item, total, groups, nsc, rows, 0);
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag>(p, cur, s, slot(gs + s), rows);
+  while (cur.valid) {
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int s = 0; s < nst; ++s) {
+      cp_wait<kWideStages - 2>();
+      fence_proxy_async();
+      __syncthreads();  // stage s landed for every thread; every warp is done with stage s − 1
+      wide_issue<kUp, kFp8, kDiag>(p, cur, s + kWideStages - 1, slot(gs + s + kWideStages - 1), rows);
+      const uint8_t* st = slot(gs + s);
+      if constexpr (kDiag != kDiagLoadOnly)
+        wide_stage<kFp8>(st + kWideAct + kWideScales + warp * kWideWarp, st, cur.ww, s, s == nst - 1, lane, acc);
+    }
+    cp_wait<0>();
+    __syncthreads();  // the ring is free
+    float* xbuf = reinterpret_cast<float*>(slot(gs + nst - 1));
+    gs += nst;
+    item += gridDim.x;
+    const WideItem next = wide_prepare<kUp, kFp8>(p, item, total, groups, nsc, rows, cur.rb ^ 1);
+    __syncthreads();  // next's rows
+#pragma unroll
+    for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag>(p, next, s, slot(gs + s), rows);
+    wide_epilogue<kUp, kFp8>(p, cur, acc, xbuf, arrive_word);
+    cur = next;
   }
 }
 
