@@ -8,7 +8,7 @@ rm -rf /tmp/slim && mkdir -p /tmp/slim/devbuild/src/gpu
 for b in "$@"; do
   if [[ $b == *=* ]]; then cp "${b#*=}" "/tmp/slim/devbuild/${b%%=*}"; else cp "build/$b" "/tmp/slim/devbuild/$b"; fi
 done
-find /tmp/slim/devbuild -type f -exec strip {} +
+find /tmp/slim/devbuild -type f ! -name "*.json" -exec strip {} +
 rm -rf data/devpack_slim && mkdir -p data/devpack_slim
 XZ_OPT=-9 tar -C /tmp/slim -cJf data/devpack_slim/devbuild.tar.xz devbuild
 ls -la data/devpack_slim/devbuild.tar.xz

@@ -39,7 +39,7 @@ struct ServeArgs {
   std::string load_format = "auto", model_config;
   int num_layers = 0;
   int port = 8000;
-  int64_t max_running_requests = 64, max_queued_requests = 1024, chunked_prefill_size = 2048, context_length = 0;
+  int64_t max_running_requests = 64, max_queued_requests = 1024, chunked_prefill_size = 0, context_length = 0;
   int64_t decode_log_interval = 40;
   double mem_fraction_static = 0.88;
   int http_threads = 4, num_threads = 0, tp_size = 1;
@@ -156,7 +156,9 @@ void serve(const ServeArgs& a) {
       engine::EngineConfig ec;
       ec.max_running_requests = a.max_running_requests;
       ec.max_queued_requests = a.max_queued_requests;
-      ec.chunked_prefill_size = a.chunked_prefill_size;
+      // 0 = by device: 8192 on cuda (one 8K prompt in one prefill step: its MoE calls are large
+      // enough for the wide kernels; SGLang's default on GPUs of this size), 2048 otherwise.
+      ec.chunked_prefill_size = a.chunked_prefill_size != 0 ? a.chunked_prefill_size : a.device == "cuda" ? 8192 : 2048;
       ec.cpu_cache_bytes = parse_bytes(a.cpu_cache_bytes);
       ec.mem_fraction_static = a.mem_fraction_static;
       ec.max_context = a.context_length;
@@ -210,7 +212,8 @@ const app::CommandRegistrar kRegister([](CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", args->max_queued_requests, "Max waiting requests; beyond: 503")
       ->capture_default_str();
-  cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size, "Max prompt tokens per prefill step")
+  cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size,
+                  "Max prompt tokens per prefill step (0: 8192 on cuda, 2048 otherwise)")
       ->capture_default_str();
   cmd->add_option("--cpu-cache-bytes", args->cpu_cache_bytes, "CPU cache budget, e.g. 2G, 512M")->capture_default_str();
   cmd->add_option("--tp-size,--tp", args->tp_size, "cuda: tensor-parallel GPUs (devices 0..tp-1, NCCL)")
