@@ -1,20 +1,21 @@
 // Grouped W4A8 MoE on sm_90a, device side: the gemm phases (1: gate+up, 2: down) for large
 // calls (prefill), with chunks of up to kWideN = 128 tokens. Same per-element arithmetic as
 // moe_item (sm90_moe_fp4.cuh) — so the same bits whatever the chunk size — but one weight pass
-// and one FP4 → e4m3 conversion per 128 of an expert's tokens, and a wgmma of n = 128 per
-// 32-K block (4× the work of the 32-token chunks between two waits).
+// and one FP4 → e4m3 conversion per 128 of an expert's tokens, and two m64n64k32 wgmmas (the
+// 128 slots' column halves) per 32-K block and wait (4× the work of the 32-token chunks).
 //
 // CTA = 2 warpgroups (8 warps), one CTA per SM, persistent over items. An item is (chunk,
 // row group); both warpgroups work on the same chunk, so its activations are staged once per
 // CTA. Warp (h = warp / 4, w = warp % 4) owns one m-tile of 16 output rows:
 //   gate+up (group of 64 I rows): FP4 w1 (h = 0) or w3 (h = 1) stage-tile 4·grp + w; FP8 (the
-//     shared expert) the two 8-row tiles 2(4·grp + w), +1 of w1 / w3. The gate+up epilogue
-//     hands the up sums to the gate warps through shared memory.
+//     shared expert) the two 8-row tiles 2(4·grp + w), +1 of w1 / w3. The epilogue pairs the
+//     gate and up sums through shared memory.
 //   down (group of 128 D rows): FP4 the 16-row half h of w2 tile 4·grp + w; FP8 w2 tile
 //     8·grp + 4h + w.
 // The shared expert's chunks are listed twice (halves, for the small kernels); here the first
 // listing covers all rows and the second is skipped. The shared expert runs as its own launch.
-// Ring of kWideStages stages of 256 K, refilled by cp.async from all 256 threads:
+// One ring of kWideStages stages of 256 K across the CTA's items, refilled by cp.async from all
+// 256 threads; a stage holds:
 //   activations kWideN slots × 256 B in the 128-byte-swizzled wgmma B layout (b_desc_sw128),
 //   then per slot 4 floats: the Q8 scales of 128-K blocks 2s−2 .. 2s+1
 //   (the first two only for s > 0: the FP4 accumulator's rescale at block edges needs the
@@ -39,32 +40,9 @@ constexpr int kWideStage = kWideAct + kWideScales + 8 * kWideWarp;  // 68,608 B
 // the ring to 1024 bytes (the swizzled layout's atoms).
 constexpr int kWideSmem = kWideStages * kWideStage + 2 * kWideN * 4 + 16 + 1024;  // 207,888 B
 
-// d = A(64×32 e4m3, the warp's m16n8k32 A fragment) · B(32 × 128 e4m3 at desc), fp32, fresh.
-// d[4j + 2r + c]: row g + 8r of the warp's 16, column 8j + 2t + c.
-__device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-      "{%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
-        "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
-        "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
-        "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
-        "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
-        "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
-        "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-
-// The same over 64 columns: the 128 slots run as two halves (FP4: pipelined; FP8: its block
-// sums need a second set of partials). d[4j + 2r + c]: row g + 8r, column 8j + 2t + c of the half.
-__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-
+// d = A(64×32 e4m3, the warp's m16n8k32 A fragment) · B(32 × 64 e4m3 at desc), fp32, fresh: one
+// 64-column half of the 128 slots. d[4j + 2r + c]: row g + 8r of the warp's 16, column
+// 8j + 2t + c of the half.
 __device__ __forceinline__ void wgmma_e4m3_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
