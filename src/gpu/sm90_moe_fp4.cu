@@ -42,6 +42,16 @@ void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
              kS.smem(), stream, p);
 }
 
+template <int kDiag>
+void set_wide_smem_attr() {
+  using namespace moe4;
+  for (const void* f : {reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiag>),
+                        reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiag>),
+                        reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiag>),
+                        reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiag>)})
+    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem));
+}
+
 // The wide kernels (chunks of kWideN tokens): per phase the shared expert's chunks, then the
 // routed ones.
 template <int kDiag>
@@ -75,19 +85,9 @@ int sm_count() {
     set_smem_attr<kShape16x2, kDiagLoadOnly>();
     set_smem_attr<kShape8x4, kDiagMathOnly>();
     set_smem_attr<kShape8x4Wide, kDiagNone>();
-    for (const void* f : {reinterpret_cast<const void*>(moe_wide_kernel<true, true>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<true, false>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<false, true>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<false, false>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiagLoadOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiagLoadOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiagLoadOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiagLoadOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiagMathOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiagMathOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiagMathOnly>),
-                          reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiagMathOnly>)})
-      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem));
+    set_wide_smem_attr<kDiagNone>();
+    set_wide_smem_attr<kDiagLoadOnly>();
+    set_wide_smem_attr<kDiagMathOnly>();
   });
   return counts[dev];
 }
@@ -207,7 +207,8 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
 
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
   DSV4_CHECK(variant >= 0 && variant <= 11, "grouped MoE: unknown pipeline variant ", variant);
-  DSV4_CHECK(variant <= 1 || variant == 4 || variant == 7 || variant == 8 || variant == 9 || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
+  const bool diagnostic = variant == 2 || variant == 3 || variant == 5 || variant == 6 || variant >= 10;
+  DSV4_CHECK(!diagnostic || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
              " is a diagnostic (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
 }
@@ -255,7 +256,7 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // From 1024 tokens: 8 × 4 with chunks of 32 tokens (variant 8; one weight pass and one FP4
   // conversion per 32 of an expert's tokens, bit-identical: H200, Flash shapes, T = 1024 / 2048:
   // −15 % / −11 %; slower up to 512). From 4096: the wide kernels, chunks of 128 tokens
-  // (variant 9, sm90_moe_wide.cuh; H200, T = 4096 / 8192: −33 % / −34 % against variant 8; equal
+  // (variant 9, sm90_moe_wide.cuh; H200, T = 4096 / 8192: −37 % / −36 % against variant 8; equal
   // at 2048, where an expert's ~48 tokens fill 3/8 of a chunk).
   int variant = g_pipeline.load(std::memory_order_relaxed);
   if (variant == 0) variant = p.T >= 4096 ? 9 : p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
