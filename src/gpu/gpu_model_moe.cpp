@@ -20,6 +20,9 @@ constexpr int64_t kMoeDecodeTokens = 256;    // grouped-MoE call size up to whic
 // expert); workspace ≈ 0.8 GB at Flash TP1 shapes, 0.65 GB per rank at TP2.
 constexpr int64_t kMoePrefillTokens = 4096;
 
+// Tokens per grouped-MoE call (and the workspace that serves it) for an n-token sublayer.
+int64_t moe_call_tokens(int64_t n) { return n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens; }
+
 }  // namespace
 
 void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x, int64_t n, float* out) {
@@ -39,7 +42,7 @@ void GpuModel::moe(const MoeW& w, bool hash, const int32_t* ids, const float* x,
     // Prefill takes larger calls: an expert's weights are streamed and converted once per chunk
     // of its tokens in a call (8, 32 or 128 tokens by call size: moe_grouped_forward), so the
     // fewer, larger calls the better.
-    const int64_t per_call = n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens;
+    const int64_t per_call = moe_call_tokens(n);
     for (int64_t t0 = 0; t0 < n; t0 += per_call) {
       moe_grouped(w, std::min<int64_t>(per_call, n - t0), x + t0 * D, eids + t0 * k, ewts + t0 * k, out + t0 * D);
     }
@@ -87,7 +90,7 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
   const int64_t D = c.hidden_size, I = local_inter(), E = c.n_routed_experts;
   std::unique_ptr<MoeGroupedWorkspace>& ws = n > kMoeDecodeTokens ? moe_ws_large_ : moe_ws_;
   if (!ws) {
-    const int max_tokens = static_cast<int>(n > kMoeDecodeTokens ? kMoePrefillTokens : kMoeDecodeTokens);
+    const int max_tokens = static_cast<int>(moe_call_tokens(n));
     ws = std::make_unique<MoeGroupedWorkspace>(
         MoeGroupedShape{.max_tokens = max_tokens, .hidden = static_cast<int>(D), .inter = static_cast<int>(I),
                         .experts = static_cast<int>(E), .top_k = static_cast<int>(c.num_experts_per_tok)});

@@ -119,9 +119,9 @@ int main(int argc, char** argv) {
 
   // T > 256 (prefill-sized calls) only when DSV4_BENCH_T names them; the workspace holds the
   // largest named one.
-  const int Tmax = picked("DSV4_BENCH_T", 8192) && named("DSV4_BENCH_T") ? 8192
-                   : picked("DSV4_BENCH_T", 4096) && named("DSV4_BENCH_T") ? 4096
-                                                                            : 2048;
+  int Tmax = 2048;
+  for (int T : {4096, 8192})
+    if (named("DSV4_BENCH_T") && picked("DSV4_BENCH_T", T)) Tmax = T;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> xh(size_t(Tmax) * D);

@@ -99,8 +99,8 @@ __device__ __forceinline__ WideWarp wide_warp(const Params& p, const ExpertPtrs&
       r.out_row0 = 32 * tile + 16 * h;
     }
   } else {
-    r.stride = 2048;
     if constexpr (kUp) {
+      r.stride = 2048;
       const int t8 = 2 * (4 * grp + w);  // 8-row tiles of w1 / w3
       const uint8_t* m = h ? ex.w3 : ex.w1;
       r.wa = m + size_t(t8) * nst * 2048;
