@@ -3,9 +3,10 @@
 // The mHC projections are 24 (or 4) outputs × n_hc·D = 16384 inputs with fp32 weights: one
 // row-tile kernel would put 2 CTAs on 132 SMs and walk K serially. Here kernel 1 cuts K into
 // 256-wide chunks (one CTA per chunk × row group) and writes each chunk's double partials to a
-// workspace (two variants with the same arithmetic: one chain per thread for ≤ 32 rows, 2 × 3
-// register tiles for more); kernel 2 adds a row's chunks with one warp per (row, output), or the
-// consumer does (hc_pre_norm).
+// workspace (three variants with the same arithmetic: one chain per thread for ≤ 32 rows, 2 × 3
+// register tiles for more, FP64 tensor-core MMAs from 128 rows with 13..24 outputs — prefill);
+// kernel 2 adds a row's chunks with one warp per (row, output), or the consumer does
+// (hc_pre_norm).
 //
 // Arithmetic of one output (a function of `in` only, never of the row count or the tiling, so
 // rows are batch-invariant): chunk c covers k in [256c, 256c + 256); inside it, quarter q
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 #include "gpu/cuda_check.h"
@@ -244,6 +246,176 @@ __global__ void __launch_bounds__(kThreads)
   store_chunk_partials(&qs[0][0], out, rg, c, rows, r0, partial);
 }
 
+// The same partials for calls of ≥ kWideMinRows rows with 13..24 outputs (prefill's row blocks)
+// on the FP64 tensor cores. `mma.sync m16n8k16 f64` computes each output as the chain
+// c → fma(a0, b0, c) → … → fma(a15, b15, ·) in k order, rounding every step (H200 probe: every
+// output of 4,194,304 equal to that chain, 34 % equal to the exact sum rounded once; the same for
+// m8n8k4, m16n8k4 and m16n8k8 — m8n8k4 runs at half the others' 127 FMA / clock / SM), so the 16
+// chain steps a quarter has in a 64-position sub-chunk are one MMA, and the chain is the vector
+// kernels' chain.
+// A CTA takes one chunk × kWideRows rows × all 24 (zero-padded) outputs, two CTAs per SM; warp w
+// runs quarter q = w % 4 for rows 32·(w / 4) .. + 31 (2 m16-tiles × 3 n8-tiles: 24 doubles of
+// accumulators). Shared memory:
+//   weights as fp32 [o][q][64], outputs 260 floats apart (≡ 4 banks: a B fragment, 8 outputs
+//     × 4 steps, hits 32 distinct banks), converted when a fragment is loaded (each feeds 2 MMAs);
+//   x as doubles (each value converted once), four 64-position sub-chunks double-buffered through
+//     registers: [row][q][16], rows 68 doubles apart (an A fragment's 16-lane phase, 4 rows × 4
+//     steps, hits 16 distinct 8-byte banks).
+// The four quarter sums meet as (s0 + s1) + (s2 + s3) through shared memory; the partials are
+// the other two kernels' bit for bit. The weights are loaded before pdl_wait (parameters, never
+// written by the step).
+constexpr int kWideRows = 64, kSub = 64, kSubJ = kSub / kQuarters;  // 16 chain steps a quarter
+constexpr int kWideWOut = kChunk + 4;              // weight output stride (floats): 260
+constexpr int kWideXRow = kSub + 4;                // x row stride (doubles): 68
+constexpr int kWideQsPad = kWideRows + 1;          // epilogue [q][o][row] stride
+constexpr int kSubsPerChunk = kChunk / kSub;       // 4
+constexpr int kWideXLoads = kWideRows * kSub / 4 / kThreads;  // float4 per thread per sub-chunk: 4
+constexpr int64_t kWideMinRows = 128;
+constexpr size_t kWideWBytes = sizeof(float) * kSmallOutMax * kWideWOut;   // 24,960
+constexpr size_t kWideXDoubles = size_t(kWideRows) * kWideXRow;             // one buffer
+constexpr size_t kWideSmem = kWideWBytes + sizeof(double) * 2 * kWideXDoubles;  // 94,592 B: 2 CTAs / SM
+static_assert(kSmallOutMax == 24 && kThreads == 8 * 32 && kWideRows == 2 * 32 && kChunk == 4 * kSub &&
+              kSmallOutMax * kChunk % (4 * kThreads) == 0 && kWideRows * kSub % (4 * kThreads) == 0 &&
+              kWideWBytes % 16 == 0);
+static_assert(size_t(kQuarters) * kSmallOutMax * kWideQsPad <= 2 * kWideXDoubles, "quarter sums must fit in x");
+
+// d (16 × 8) += a (16 × 16) · b (16 × 8). Fragments (g = lane / 4, t = lane % 4): a[i] = A[g + 8·(i % 2)]
+// [t + 4·(i / 2)], b[i] = B[t + 4i][g], d[i] = D[g + 8·(i / 2)][2t + (i % 2)].
+__device__ __forceinline__ void dmma_m16n8k16(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
+      "{%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
+      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]),
+        "d"(b[2]), "d"(b[3]));
+}
+
+// Sub-chunk positions [k, k + 64) of rows r0 .. r0 + kWideRows (clamped to the call's rg rows)
+// into registers: float4 f = threadIdx.x + 256·m is row f / 16, positions 4·(f % 16) .. + 3.
+__device__ __forceinline__ void wide_load_x(float4 (&v)[kWideXLoads], const float* __restrict__ x,
+                                            int64_t x_stride, int64_t r0, int rg, int64_t k) {
+#pragma unroll
+  for (int m = 0; m < kWideXLoads; ++m) {
+    const int f = int(threadIdx.x) + kThreads * m, row = min(f >> 4, rg - 1);
+    v[m] = __ldg(reinterpret_cast<const float4*>(x + (r0 + row) * x_stride + k) + (f & 15));
+  }
+}
+// ... and into a staged buffer: position 4c + e of the sub-chunk is quarter e, chain step c.
+__device__ __forceinline__ void wide_store_x(const float4 (&v)[kWideXLoads], double* buf) {
+#pragma unroll
+  for (int m = 0; m < kWideXLoads; ++m) {
+    const int f = int(threadIdx.x) + kThreads * m, row = f >> 4, c = f & 15;
+    double* d = buf + row * kWideXRow + c;
+    d[0 * kSubJ] = v[m].x;
+    d[1 * kSubJ] = v[m].y;
+    d[2 * kSubJ] = v[m].z;
+    d[3 * kSubJ] = v[m].w;
+  }
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads, 2)
+    small_out_partials_wide_kernel(const float* __restrict__ x,
+                                   int64_t x_stride,
+                                   const void* __restrict__ w,
+                                   int out,
+                                   int64_t in,
+                                   int64_t rows,
+                                   double* __restrict__ partial) {
+  extern __shared__ __align__(16) double wide_smem[];
+  float* wsf = reinterpret_cast<float*>(wide_smem);                              // [o][q][64], o stride 260
+  double* xbuf = wide_smem + kWideWBytes / sizeof(double);                       // 2 × [row][q][16]
+  const int64_t c = blockIdx.x, k0 = c * kChunk, r0 = int64_t(blockIdx.y) * kWideRows;
+  const int rg = int(min(int64_t{kWideRows}, rows - r0));
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+  const int q = warp & 3, rbase = 32 * (warp >> 2);
+  // The chunk's weights: 4 consecutive positions (one 16- or 8-byte load) are the 4 quarters of
+  // one chain step; outputs ≥ out are zeros (their chains are never stored). Loads first.
+  constexpr int kWLoads = kSmallOutMax * (kChunk / 4) / kThreads;  // 6
+  float4 wv[kWLoads];
+#pragma unroll
+  for (int m = 0; m < kWLoads; ++m) {
+    const int i = int(threadIdx.x) + kThreads * m, o = i / (kChunk / 4), step = i % (kChunk / 4);
+    wv[m] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (o < out) {
+      if constexpr (kBf16) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(w) + o * in + k0) + step);
+        wv[m] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                            __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+      } else {
+        wv[m] = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w) + o * in + k0) + step);
+      }
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  float4 xv[kWideXLoads];
+  wide_load_x(xv, x, x_stride, r0, rg, k0);
+#pragma unroll
+  for (int m = 0; m < kWLoads; ++m) {
+    const int i = int(threadIdx.x) + kThreads * m, o = i / (kChunk / 4), step = i % (kChunk / 4);
+    float* d = wsf + o * kWideWOut + step;
+    d[0 * (kChunk / 4)] = wv[m].x;
+    d[1 * (kChunk / 4)] = wv[m].y;
+    d[2 * (kChunk / 4)] = wv[m].z;
+    d[3 * (kChunk / 4)] = wv[m].w;
+  }
+  wide_store_x(xv, xbuf);
+  __syncthreads();
+  double acc[2][3][4] = {};  // [m-tile][n-tile]: rows rbase + 16·mt + g (+ 8), outputs 8·nt + 2t + {0, 1}
+  const float* wb = wsf + g * kWideWOut + q * (kChunk / 4) + t;
+  for (int s = 0; s < kSubsPerChunk; ++s) {
+    if (s + 1 < kSubsPerChunk) wide_load_x(xv, x, x_stride, r0, rg, k0 + (s + 1) * kSub);
+    // One MMA per (m-tile, n-tile) takes the sub-chunk's 16 chain steps of quarter q.
+    const double* xa = xbuf + (s & 1) * kWideXDoubles + (rbase + g) * kWideXRow + q * kSubJ + t;
+    double b[3][4];
+#pragma unroll
+    for (int nt = 0; nt < 3; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[nt][i] = wb[nt * 8 * kWideWOut + s * kSubJ + 4 * i];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      double a[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = xa[(16 * mt + 8 * (i % 2)) * kWideXRow + 4 * (i / 2)];
+#pragma unroll
+      for (int nt = 0; nt < 3; ++nt) dmma_m16n8k16(acc[mt][nt], a, b[nt]);
+    }
+    if (s + 1 < kSubsPerChunk) wide_store_x(xv, xbuf + ((s + 1) & 1) * kWideXDoubles);
+    __syncthreads();
+  }
+  // Quarter sums [q][o][row] over the x buffers (every read of them is behind the last barrier),
+  // then the chunk values (s0 + s1) + (s2 + s3), pair-major like the other kernels.
+  double* qs = xbuf;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 3; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        qs[(q * kSmallOutMax + 8 * nt + 2 * t + (i & 1)) * kWideQsPad + rbase + 16 * mt + 8 * (i >> 1) + g] =
+            acc[mt][nt][i];
+  __syncthreads();
+  constexpr int kQ = kSmallOutMax * kWideQsPad;
+  for (int pair = threadIdx.x; pair < rg * out; pair += kThreads) {
+    const int o = pair % out, r = pair / out;
+    const double* p = qs + o * kWideQsPad + r;
+    partial[(c * rows + r0 + r) * out + o] = (p[0] + p[kQ]) + (p[2 * kQ] + p[3 * kQ]);
+  }
+}
+
+template <bool kBf16>
+void launch_partials_wide(const float* x, int64_t n, int64_t x_stride, const void* w, int64_t out, int64_t in,
+                          int64_t chunks, double* ws, cudaStream_t s) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(small_out_partials_wide_kernel<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kWideSmem)));
+  });
+  const dim3 grid{unsigned(chunks), unsigned((n + kWideRows - 1) / kWideRows)};
+  launch_pdl(small_out_partials_wide_kernel<kBf16>, grid, kThreads, kWideSmem, s, x, x_stride, w, int(out), in, n, ws);
+}
+
 // One warp per (row, output): y[r · out + o] = fp32(Σ chunks) in the order of the file comment.
 __global__ void __launch_bounds__(kThreads)
     small_out_reduce_kernel(const double* __restrict__ partial,
@@ -297,6 +469,11 @@ void launch_partials(const float* x,
                  in,
                  n,
                  ws);
+    return;
+  }
+  if (n >= kWideMinRows && out > kSmallOutMax / 2 && in % kChunk == 0 && x_stride % 4 == 0 && aligned16(x) && aligned16(w)) {
+    if (w_bf16) launch_partials_wide<true>(x, n, x_stride, w, out, in, chunks, ws, s);
+    else launch_partials_wide<false>(x, n, x_stride, w, out, in, chunks, ws, s);
     return;
   }
   const dim3 grid(unsigned(chunks), unsigned((n + kRowsPerCta - 1) / kRowsPerCta));

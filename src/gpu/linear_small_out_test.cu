@@ -81,6 +81,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
                                            SmallOutShape{16, 24, 16384, false},
                                            SmallOutShape{64, 24, 16384, false},
                                            SmallOutShape{600, 24, 16384, false},
+                                           SmallOutShape{300, 24, 16384, true},
+                                           SmallOutShape{130, 20, 16384, false},
                                            SmallOutShape{1, 4, 16384, false},
                                            SmallOutShape{9, 4, 16384, true},
                                            SmallOutShape{5, 24, 16384, true},
@@ -128,11 +130,12 @@ TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
 
 // The 16-byte staging (aligned rows: every model call) and the scalar staging (misaligned x or
 // weights) stage the same values in the same places, so their outputs are the same bits; both
-// kernels (≤ 32 rows and more), fp32 and bf16 weights.
+// kernels (≤ 32 rows, more, and from 128 rows the wide one against the fallback a misaligned x
+// takes), fp32 and bf16 weights.
 TEST(SmallOutLinearTest, VectorAndScalarStagingAgreeBitwise) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const int64_t out = 24, in = 16384;
-  for (const int64_t rows : {1, 16, 40}) {
+  for (const int64_t rows : {1, 16, 40, 200}) {
     for (const bool bf16 : {false, true}) {
       const auto w = random_f32(out * in, 0.02f, 21 + rows, bf16);
       const auto x = random_f32(rows * in, 1.0f, 22 + rows, false);
@@ -261,6 +264,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes,
                                            std::tuple{4096, 1},
                                            std::tuple{4096, 16},
                                            std::tuple{4096, 64},
+                                           std::tuple{4096, 300},
                                            std::tuple{200, 2}));
 
 TEST(SmallOutLinearTest, RefusesTooManyOutputsAndShortWorkspace) {
