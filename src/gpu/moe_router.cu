@@ -5,21 +5,26 @@
 //
 // Logit arithmetic (a function of D only — never of the row count or tiling, so batched decode
 // equals per-sequence calls bit for bit): every product x·w is exact in double (fp32 × bf16 or
-// fp32 × fp32). K is cut into 512-wide chunks c; inside chunk c, lane l of a warp owns the 16
-// positions k = 512c + 128j + 4l + i (j, i = 0..3) and adds their products in that (j, i) order as
-// a double FMA chain from 0; an xor butterfly (16, 8, 4, 2, 1) gives every lane the chunk value;
-// the logit is float(Σ_c chunk_c), the chunks added in increasing c from the first. The CPU
-// reference (cpu::Fp32Linear) adds the same exact products sequentially in double, so the two
-// fp32 logits differ only when the exact sum lies within a double's last bits of an fp32
-// rounding boundary (~2^-29 relative) — in practice they are equal, and so are the routings.
+// fp32 × fp32). K is cut into 512-wide chunks c and each chunk into 32 slots: slot l owns the 16
+// positions k = 512c + 128j + 4l + i (j, i = 0..3) and adds their products in that (j, i) order
+// as a double FMA chain from 0; the chunk value is the slot values added in slot order
+// (((v0 + v1) + v2) + … + v31); the logit is float(Σ_c chunk_c), the chunks added in increasing c
+// from the first. The CPU reference (cpu::Fp32Linear) adds the same exact products sequentially
+// in double, so the two fp32 logits differ only when the exact sum lies within a double's last
+// bits of an fp32 rounding boundary (~2^-29 relative) — in practice they are equal, and so are
+// the routings.
 //
 // Kernel 1 (partials): grid (chunks, ceil(E / 32), ceil(n / 8)); a CTA stages its ≤ 8 x rows of
-// the chunk in shared memory (float4 per lane: conflict-free), warp w owns experts e0 + 4w .. +3.
+// the chunk in shared memory (float4 per lane: conflict-free), warp w owns experts e0 + 4w .. +3,
+// lane l runs slot l, and lanes 0..3 add the 32 slot values of their expert in order.
+// From kWideMinRows rows (prefill), moe_router_wide.cuh's kernel computes whole logits with FP64
+// tensor-core MMAs in the same arithmetic and writes them as one chunk.
 // Kernel 2 (route): one CTA per row; a thread per expert adds its chunk partials (loads issued
 // together) into the scores; warp 0 holds experts l, l + 32, … per lane in registers and selects
 // by k warp-wide argmax passes (ties → lower expert id, as the CPU's stable sort); lane j keeps
 // the j-th choice; weights normalized in selection order; experts written in ascending id.
 #include <cstdint>
+#include <mutex>
 
 #include "base/check.h"
 #include "gpu/cuda_check.h"
@@ -61,6 +66,7 @@ __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* 
                                                                    const void* __restrict__ gate, int E, int groups,
                                                                    double* __restrict__ partials) {
   __shared__ float4 xs[kRows][kChunk / 4];
+  __shared__ double slot_vals[kWarps][kExpertsPerWarp][33];  // [expert][slot], padded: lanes 0..3 read apart
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t c = blockIdx.x, k0 = c * kChunk;
   const int e0 = blockIdx.y * kExpertsPerCta + warp * kExpertsPerWarp;
@@ -116,13 +122,16 @@ __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* 
           for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = __fma_rn(xd[i], w[ei][4 * j + i], acc[ei]);
       }
 #pragma unroll
-      for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = warp_sum(acc[ei]);
+      for (int ei = 0; ei < kExpertsPerWarp; ++ei) slot_vals[warp][ei][lane] = acc[ei];
+      __syncwarp();
       if (lane < kExpertsPerWarp && e0 + lane < E) {
-        double v = acc[0];
+        const double* sv = slot_vals[warp][lane];
+        double v = sv[0];
 #pragma unroll
-        for (int ei = 1; ei < kExpertsPerWarp; ++ei) v = lane == ei ? acc[ei] : v;
+        for (int l = 1; l < 32; ++l) v += sv[l];
         partials[(c * n + r0 + r) * E + e0 + lane] = v;
       }
+      __syncwarp();  // the next row's slot values overwrite these
     }
   }
 }
@@ -234,6 +243,35 @@ __global__ void __launch_bounds__(kThreads) router_route_kernel(const double* __
   }
 }
 
+#include "gpu/moe_router_wide.cuh"
+
+// Whether the wide kernel takes the call: many rows, whole 512-chunks, 64-expert blocks, aligned.
+bool wide_router_applies(const float* x, int64_t n, int64_t D, const void* gate, int E) {
+  return n >= kWideMinRows && D % kChunk == 0 && E % kWideExperts == 0 && aligned16(x) && aligned16(gate);
+}
+
+// Whether the wide kernel should split the call by chunk (too few CTAs for one wave otherwise).
+bool wide_router_per_chunk(int64_t n, int E) {
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return int64_t{E / kWideExperts} * ((n + kWideRows - 1) / kWideRows) < sms;
+}
+
+template <bool kBf16>
+void launch_router_wide(const float* x, int64_t n, int64_t D, const void* gate, int E, bool per_chunk,
+                        double* partials, cudaStream_t s) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(router_logits_wide_kernel<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kWideSmem)));
+  });
+  const dim3 grid{unsigned(E / kWideExperts), unsigned((n + kWideRows - 1) / kWideRows),
+                  unsigned(per_chunk ? D / kChunk : 1)};
+  launch_pdl(router_logits_wide_kernel<kBf16>, grid, kWideThreads, kWideSmem, s, x, n, D, gate, E, per_chunk,
+             partials);
+}
+
 }  // namespace
 
 int64_t moe_router_workspace(int64_t n, int64_t D, int64_t E) { return (D + kChunk - 1) / kChunk * n * E; }
@@ -247,8 +285,16 @@ void moe_router(const float* x, int64_t n, int64_t D, const void* gate, bool gat
   DSV4_CHECK(partials_size >= moe_router_workspace(n, D, E), "MoE router: workspace of ", partials_size,
              " doubles, needs ", moe_router_workspace(n, D, E));
   if (n == 0) return;
-  const int64_t chunks = (D + kChunk - 1) / kChunk;
-  {
+  const bool wide = wide_router_applies(x, n, D, gate, E);
+  const bool per_chunk = wide && wide_router_per_chunk(n, E);
+  // The wide kernel writes whole logits (one "chunk") unless it splits the call by chunk.
+  const int64_t chunks = wide && !per_chunk ? 1 : (D + kChunk - 1) / kChunk;
+  if (wide) {
+    const double wbytes = double(E) * double(D) * (gate_bf16 ? 2.0 : 4.0);
+    prof::Launch pl("moe_router (logits)", wbytes + double(n) * D * 4 + double(chunks) * n * E * 8, s);
+    if (gate_bf16) launch_router_wide<true>(x, n, D, gate, E, per_chunk, partials, s);
+    else launch_router_wide<false>(x, n, D, gate, E, per_chunk, partials, s);
+  } else {
     const double wbytes = double(E) * double(D) * (gate_bf16 ? 2.0 : 4.0);
     prof::Launch pl("moe_router (logits)", wbytes + double(n) * D * 4 + double(chunks) * n * E * 8, s);
     const int groups = row_groups(n);
