@@ -256,6 +256,21 @@ TEST_P(HcPreNormTest, MatchesTheUnfusedSteps) {
   const auto gs = scales.download(), wsc = want_scales.download();
   EXPECT_EQ(0, std::memcmp(gq.data(), wq.data(), gq.size()));
   EXPECT_EQ(0, std::memcmp(gs.data(), wsc.data(), gs.size() * sizeof(float)));
+  // A row alone (one-row calls: the register-held form, the narrow partials) gives the bits it
+  // has in the whole call (above kFastTwoPassMinRows rows: the two-pass form, the MMA partials).
+  for (const int64_t r : {int64_t{0}, int64_t{n} - 1}) {
+    DeviceBuffer<float> x1(D), post1(hc), comb1(hc * hc);
+    const int64_t need1 = small_out_linear_workspace(1, M, hc * D);
+    DeviceBuffer<double> ws1(static_cast<size_t>(need1));
+    const float* s1 = ds.get() + r * hc * D;
+    const int64_t ch1 = small_out_linear_partials(s1, 1, hc * D, dfn.get(), false, M, hc * D, ws1.get(), need1, nullptr);
+    ASSERT_TRUE(hc_pre_norm(s1, ws1.get(), ch1, 1, D, dsc.get(), db.get(), hp, dn.get(), x1.get(), post1.get(),
+                            comb1.get(), nullptr));
+    const auto a = x1.download(), pa = post1.download(), ca = comb1.download();
+    EXPECT_EQ(0, std::memcmp(a.data(), gx.data() + r * D, D * sizeof(float))) << "row " << r;
+    EXPECT_EQ(0, std::memcmp(pa.data(), gp.data() + r * hc, hc * sizeof(float))) << "row " << r;
+    EXPECT_EQ(0, std::memcmp(ca.data(), gc.data() + r * hc * hc, hc * hc * sizeof(float))) << "row " << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes,

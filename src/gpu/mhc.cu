@@ -134,6 +134,7 @@ __global__ void hc_head_kernel(const float* __restrict__ streams, const float* _
 // division — the same operations in the same order as the single-thread sinkhorn_split, so the
 // results are bit-identical.
 constexpr int kFastHc = 4, kFastData = 512, kFastThreads = kFastData + 32, kFastVpt = 4;
+constexpr int64_t kFastTwoPassMinRows = 256;  // hc_pre_norm calls with more rows read the streams twice
 
 // Block-wide double sum over the data warps only (named barrier 1; the Sinkhorn warp may be busy).
 __device__ __forceinline__ double data_block_sum(double v, double* shared32) {
@@ -189,8 +190,11 @@ __device__ void sinkhorn_split_warp(const float* mixes_raw_t, float rs, const fl
 // norm_w — x is written as RMSNorm_w(mixed) (rms_norm_rows' formula, eps = p.norm_eps) instead of
 // mixed itself; codes/scales (dim % 128 == 0) — also the Q8 of the written x (quantize_q8_rows'
 // blocks: float4 k of a warp covers one 128-value block, lane l its values 4l..4l+3).
-template <bool kHead>
-__global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __restrict__ streams,
+// kTwoPass (prefill-sized calls): the streams are read twice — once for the RMS, again (from L1 /
+// L2) for the weighted sum — instead of being held in 64 registers, so two blocks fit an SM and
+// one block's barriers and loads overlap the other's work. Same values, same order: same bits.
+template <bool kHead, bool kTwoPass = false>
+__global__ void __launch_bounds__(kFastThreads, kTwoPass ? 2 : 1) hc_fast_kernel(const float* __restrict__ streams,
                                                              const float* __restrict__ mixes_raw, int64_t dim,
                                                              const float* scale, const float* base, HcDeviceParams p,
                                                              float* x, float* post, float* comb,
@@ -215,19 +219,27 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
   }
   const float4* X = reinterpret_cast<const float4*>(streams + t * hc * dim);
   const bool data = threadIdx.x < kFastData;  // warp-uniform; the last warp holds zeros
-  float4 v[hc][kFastVpt];
+  auto load = [&](int s, int q) {
+    const int64_t k = threadIdx.x + int64_t(q) * kFastData;
+    return data && k < nvec ? __ldg(X + s * nvec + k) : make_float4(0, 0, 0, 0);
+  };
+  float4 v[kTwoPass ? 1 : hc][kTwoPass ? 1 : kFastVpt];
   double ss = 0.0;
+  if constexpr (kTwoPass) {
 #pragma unroll
-  for (int s = 0; s < hc; ++s)
+    for (int s = 0; s < hc; ++s)
 #pragma unroll
-    for (int q = 0; q < kFastVpt; ++q) {
-      const int64_t k = threadIdx.x + int64_t(q) * kFastData;
-      v[s][q] = data && k < nvec ? __ldg(X + s * nvec + k) : make_float4(0, 0, 0, 0);
-    }
+      for (int q = 0; q < kFastVpt; ++q) ss = add_squares(ss, load(s, q));
+  } else {
 #pragma unroll
-  for (int s = 0; s < hc; ++s)
+    for (int s = 0; s < hc; ++s)
 #pragma unroll
-    for (int q = 0; q < kFastVpt; ++q) ss = add_squares(ss, v[s][q]);
+      for (int q = 0; q < kFastVpt; ++q) v[s][q] = load(s, q);
+#pragma unroll
+    for (int s = 0; s < hc; ++s)
+#pragma unroll
+      for (int q = 0; q < kFastVpt; ++q) ss = add_squares(ss, v[s][q]);
+  }
   ss = block_sum(ss, red);
   const float rs = 1.0f / sqrtf(float(ss / double(hc * dim)) + p.norm_eps);
   if (threadIdx.x >= kFastData && threadIdx.x < kFastData + hc) {
@@ -251,9 +263,16 @@ __global__ void __launch_bounds__(kFastThreads) hc_fast_kernel(const float* __re
   };
   float4 m[kFastVpt];
 #pragma unroll
-  for (int q = 0; q < kFastVpt; ++q)
-    m[q] = make_float4(mix(v[0][q].x, v[1][q].x, v[2][q].x, v[3][q].x), mix(v[0][q].y, v[1][q].y, v[2][q].y, v[3][q].y),
-                       mix(v[0][q].z, v[1][q].z, v[2][q].z, v[3][q].z), mix(v[0][q].w, v[1][q].w, v[2][q].w, v[3][q].w));
+  for (int q = 0; q < kFastVpt; ++q) {
+    float4 a, b, c, d;
+    if constexpr (kTwoPass) {
+      a = load(0, q), b = load(1, q), c = load(2, q), d = load(3, q);
+    } else {
+      a = v[0][q], b = v[1][q], c = v[2][q], d = v[3][q];
+    }
+    m[q] = make_float4(mix(a.x, b.x, c.x, d.x), mix(a.y, b.y, c.y, d.y), mix(a.z, b.z, c.z, d.z),
+                       mix(a.w, b.w, c.w, d.w));
+  }
   float rn = 0.0f;
   if (norm_w != nullptr) {  // padding lanes hold mix(0, ...) = 0: they add nothing
     double sn = 0.0;
@@ -357,8 +376,13 @@ bool hc_pre_norm(const float* streams, const double* parts, int64_t chunks, int6
                     return std::string("n=") + std::to_string(n) + " dim=" + std::to_string(dim) + " +mix +norm" +
                            (x_codes != nullptr ? " +q8" : "");
                   });
-  launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, nullptr, dim, scale, base, p,
-             x, post, comb, parts, chunks, norm_w, x_codes, x_scales);
+  // Calls with more rows than a wave of one-block-per-SM launches (prefill) take the two-pass form.
+  if (n > kFastTwoPassMinRows)
+    launch_pdl(hc_fast_kernel<false, true>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, nullptr, dim, scale,
+               base, p, x, post, comb, parts, chunks, norm_w, x_codes, x_scales);
+  else
+    launch_pdl(hc_fast_kernel<false>, static_cast<unsigned>(n), kFastThreads, 0, s, streams, nullptr, dim, scale, base,
+               p, x, post, comb, parts, chunks, norm_w, x_codes, x_scales);
   return true;
 }
 
