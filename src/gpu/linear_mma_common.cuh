@@ -138,6 +138,9 @@ __device__ __forceinline__ int64_t take_tile_segment(const Args& a, int64_t by, 
 // when it does not take the call (groups not a multiple of its 128-output tile, in = 0).
 constexpr int64_t kStagedMinRows = 64, kStagedMinCtas = 128;
 int64_t staged_ctas(const Args& a);
+// The staged lin8 on sm_90a warpgroup MMAs (sm90_linear_wgmma.cu: 128 × 96 tiles, a producer
+// warpgroup): the same bits; false (nothing launched) where the staged kernel would decline.
+bool launch_wgmma_lin8(const Args& a, cudaStream_t s);
 template <Wt WT>
 bool launch_staged(const Args& a, cudaStream_t s);
 
