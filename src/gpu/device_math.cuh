@@ -103,6 +103,19 @@ __device__ __forceinline__ float q4_block_scale(float amax) {
 __device__ __forceinline__ float dexpf(float x) { return float(exp(double(x))); }
 __device__ __forceinline__ float sigmoidf_ref(float v) { return 1.0f / (1.0f + dexpf(-v)); }
 
+// FP64 tensor-core MMA, sm_80+: d (16 × 8) += a (16 × 16) · b (16 × 8). Each output is the chain
+// fma(a15, b15, … fma(a0, b0, d)) in k order, rounding every step (fp64_mma_test.cu pins this),
+// i.e. the same bits as a thread's __fma_rn loop. Fragments (g = lane / 4, t = lane % 4):
+// a[i] = A[g + 8·(i % 2)][t + 4·(i / 2)], b[i] = B[t + 4i][g], d[i] = D[g + 8·(i / 2)][2t + (i % 2)].
+__device__ __forceinline__ void dmma_m16n8k16(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
+      "{%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
+      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]),
+        "d"(b[2]), "d"(b[3]));
+}
+
 __device__ __forceinline__ double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -1,5 +1,5 @@
 // The hardware fact the prefill FP64 kernels build on (linear_small_out.cu's wide partials,
-// moe_router_wide.cuh): `mma.sync m16n8k16 f64` computes every output as the sequential chain
+// moe_router_wide.cuh), through their wrapper dmma_m16n8k16 (device_math.cuh): `mma.sync m16n8k16 f64` computes every output as the sequential chain
 // fma(a15, b15, … fma(a1, b1, fma(a0, b0, c))) in k order, rounding each step — the same bits as
 // the vector kernels' FMA chains. Fresh random fp32-valued operands (the models' case: products
 // exact in double) and accumulators with their own low bits. Skips without a CUDA device.
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
 #include "gpu/gpu_test_util.h"
 
 namespace dsv4::gpu {
@@ -27,12 +28,7 @@ __global__ void mma_m16n8k16_tiles(const double* A, const double* B, const doubl
   for (int i = 0; i < 8; ++i) fa[i] = a[(g + 8 * (i % 2)) * 16 + t + 4 * (i / 2)];
   for (int i = 0; i < 4; ++i) fb[i] = b[g * 16 + t + 4 * i];
   for (int i = 0; i < 4; ++i) d[i] = c[(g + 8 * (i / 2)) * 8 + 2 * t + (i % 2)];
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
-      "{%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
-      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-      : "d"(fa[0]), "d"(fa[1]), "d"(fa[2]), "d"(fa[3]), "d"(fa[4]), "d"(fa[5]), "d"(fa[6]), "d"(fa[7]), "d"(fb[0]),
-        "d"(fb[1]), "d"(fb[2]), "d"(fb[3]));
+  dmma_m16n8k16(d, fa, fb);
   for (int i = 0; i < 4; ++i) D[tile * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + (i % 2)] = d[i];
 }
 

@@ -114,6 +114,18 @@ inline void set_segment_tile0(Args& a, int64_t tile_out) {
   }
 }
 
+// The grid (x: row tiles, y: output tiles) of a tile_out × tile_rows launch, after setting a's
+// segment tile origins; false when such tiles do not take the call (no K, a tile would straddle
+// a group, too many tiles).
+inline bool tiled_grid(Args& a, int64_t tile_out, int64_t tile_rows, dim3& grid) {
+  if (a.in <= 0 || !tiles_fit_groups(a, tile_out)) return false;
+  set_segment_tile0(a, tile_out);
+  const int64_t gy = output_tile_rows(a, tile_out), gx = ceil_tiles(a.rows, tile_rows);
+  if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
+  grid = dim3(unsigned(gx), unsigned(gy));
+  return true;
+}
+
 // The segment of output-tile row `by` of a multi-weight call (a.nseg > 0): calls take(seg) with
 // the segment's entry and returns by's tile index inside it. Static indices only, so the launch
 // parameters stay in the constant bank (a dynamic index would copy them to local memory).

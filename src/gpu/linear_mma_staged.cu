@@ -313,17 +313,14 @@ int64_t staged_ctas(const Args& a) { return output_tile_rows(a, kTileOut) * ceil
 template <Wt WT>
 bool launch_staged(const Args& a0, cudaStream_t s) {
   Args a = a0;
-  if (a.in <= 0) return false;
-  if (!tiles_fit_groups(a, kTileOut)) return false;  // a 128-output tile must not straddle a group
-  set_segment_tile0(a, kTileOut);
-  const int64_t gy = output_tile_rows(a, kTileOut), gx = ceil_tiles(a.rows, kTileRows);
-  if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
+  dim3 grid;
+  if (!tiled_grid(a, kTileOut, kTileRows, grid)) return false;
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(staged_linear_kernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     smem_bytes<WT>()));
   });
-  launch_pdl(staged_linear_kernel<WT>, dim3(unsigned(gx), unsigned(gy)), kThreads, size_t(smem_bytes<WT>()), s, a);
+  launch_pdl(staged_linear_kernel<WT>, grid, kThreads, size_t(smem_bytes<WT>()), s, a);
   return true;
 }
 

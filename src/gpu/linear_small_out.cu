@@ -279,17 +279,6 @@ static_assert(kSmallOutMax == 24 && kThreads == 8 * 32 && kWideRows == 2 * 32 &&
               kWideWBytes % 16 == 0);
 static_assert(size_t(kQuarters) * kSmallOutMax * kWideQsPad <= 2 * kWideXDoubles, "quarter sums must fit in x");
 
-// d (16 × 8) += a (16 × 16) · b (16 × 8). Fragments (g = lane / 4, t = lane % 4): a[i] = A[g + 8·(i % 2)]
-// [t + 4·(i / 2)], b[i] = B[t + 4i][g], d[i] = D[g + 8·(i / 2)][2t + (i % 2)].
-__device__ __forceinline__ void dmma_m16n8k16(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
-      "{%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
-      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]),
-        "d"(b[2]), "d"(b[3]));
-}
-
 // Sub-chunk positions [k, k + 64) of rows r0 .. r0 + kWideRows (clamped to the call's rg rows)
 // into registers: float4 f = threadIdx.x + 256·m is row f / 16, positions 4·(f % 16) .. + 3.
 __device__ __forceinline__ void wide_load_x(float4 (&v)[kWideXLoads], const float* __restrict__ x,

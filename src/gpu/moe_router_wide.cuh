@@ -25,17 +25,6 @@ constexpr size_t kWideSmem = sizeof(double) * (kWideRows + kWideExperts) * kWide
 constexpr int kWideXLoads = kWideRows * kGroupPos / 4 / kWideThreads;                   // float4: 8
 static_assert(kChunk == 512 && kGroupsPerChunk == 4 && kWideRows * kGroupPos % (4 * kWideThreads) == 0);
 
-// d (16 × 8) = c + a (16 × 16) · b (16 × 8). Fragments (g = lane / 4, t = lane % 4): a[i] =
-// A[g + 8·(i % 2)][t + 4·(i / 2)], b[i] = B[t + 4i][g], d[i] = D[g + 8·(i / 2)][2t + (i % 2)].
-__device__ __forceinline__ void router_dmma(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
-      "{%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
-      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]),
-        "d"(b[2]), "d"(b[3]));
-}
-
 // One slot group's raw inputs in registers: x (fp32) and the gate (bf16 as 8-value uint4, or fp32).
 template <bool kBf16>
 struct WideGroupRegs {
@@ -150,7 +139,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           double d[4] = {0.0, 0.0, 0.0, 0.0};
-          router_dmma(d, a[mt], b[nt]);
+          dmma_m16n8k16(d, a[mt], b[nt]);
 #pragma unroll
           for (int i = 0; i < 4; ++i) chunk[mt][nt][i] = first_slot ? d[i] : chunk[mt][nt][i] + d[i];
         }

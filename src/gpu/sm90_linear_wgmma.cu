@@ -278,16 +278,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_lin8_kernel(Args a) {
 
 bool launch_wgmma_lin8(const Args& a0, cudaStream_t s) {
   Args a = a0;
-  if (a.in <= 0) return false;
-  if (!tiles_fit_groups(a, kTileOut)) return false;  // a 128-output tile must not straddle a group
-  set_segment_tile0(a, kTileOut);
-  const int64_t gy = output_tile_rows(a, kTileOut), gx = ceil_tiles(a.rows, kTileRows);
-  if (gy > 65535 || gx > (int64_t{1} << 30)) return false;
+  dim3 grid;
+  if (!tiled_grid(a, kTileOut, kTileRows, grid)) return false;
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(wgmma_lin8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   });
-  launch_pdl(wgmma_lin8_kernel, dim3(unsigned(gx), unsigned(gy)), kThreads, size_t(kSmem), s, a);
+  launch_pdl(wgmma_lin8_kernel, grid, kThreads, size_t(kSmem), s, a);
   return true;
 }
 
