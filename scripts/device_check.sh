@@ -9,7 +9,8 @@
 #          (space-separated, default "1"), FLASH_CONTEXT (8192); FLASH_NOPDL=1 adds batch 1 with
 #          DSV4_PDL=0 (per-kernel attribution).
 #   ttft: one 8K prompt's prefill profile + `dsv4 bench` through the server (8K prompts; concurrency
-#         list TTFT_CONCURRENCY, default 1,8; TTFT_PROMPTS requests per level, default 8).
+#         list TTFT_CONCURRENCY, default 1,8; TTFT_PROMPTS requests per level, default 8). On one
+#         GPU: FLASH_TP=1 FLASH_LAYERS=20 (the first 20 layers; docs/prefill.md's table).
 #   tp, flash and ttft run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
@@ -101,12 +102,14 @@ serve_smoke() {
   return $rc
 }
 
-# `dsv4 bench` against the full Flash (dummy weights) behind `dsv4 serve`, 8K-token prompts.
+# `dsv4 bench` against the full Flash (dummy weights) behind `dsv4 serve`, 8K-token prompts
+# (FLASH_LAYERS: keep only the first N layers, e.g. 20 on one GPU with FLASH_TP=1).
 flash_bench() {
   local port=${SERVE_PORT:-18233} tok=${TOKENIZER:-data/tokenizer/tokenizer.json}
   [ -f "$tok" ] || tok=bytes
   "$BUILD/dsv4" serve --device cuda --load-format dummy --model-config "$FLASH" --tp ${FLASH_TP:-2} \
-    --context-length 9216 --port "$port" --tokenizer "$tok" --decode-log-interval 16 > "$OUT/ttft_server.log" 2>&1 &
+    --num-layers ${FLASH_LAYERS:-0} --context-length 9216 --port "$port" --tokenizer "$tok" \
+    --decode-log-interval 16 > "$OUT/ttft_server.log" 2>&1 &
   local pid=$! rc=1
   if wait_healthy "$port" $pid 600 0.5; then
     "$BUILD/dsv4" bench --port "$port" --backend openai-completions --random-input-len 8192 --random-output-len 64 \
@@ -171,7 +174,8 @@ want flash && run flash_serve timeout ${FLASH_SERVE_TIMEOUT:-240} bash -c "$(dec
 # ttft: one 8K prompt's prefill (profiled), then `dsv4 bench` through `dsv4 serve` with 8K-token
 # prompts and 64 output tokens at concurrency 1 and 8 (TTFT, TPOT, tok/s).
 want ttft && run ttft_prefill timeout 300 "$BUILD/dsv4" profile --load-format dummy --model-config "$FLASH" \
-  --tp ${FLASH_TP:-2} --batch 1 --context 8192 --context-fill prefill --steps 2 --warmup 1 --top 30 --no-cupti
+  --tp ${FLASH_TP:-2} --num-layers ${FLASH_LAYERS:-0} --batch 1 --context 8192 --context-fill prefill --steps 2 \
+  --warmup 1 --top 30 --no-cupti
 want ttft && run ttft_bench timeout 420 bash -c "$(declare -f wait_healthy flash_bench); OUT='$OUT' BUILD='$BUILD' FLASH='$FLASH' flash_bench"
 want kernels && run kernels timeout 60 "$BUILD/src/gpu/gpu_kernels_test"
 want kernels && [ -x "$BUILD/src/engine/gpu_sampling_test" ] && run sampling timeout 180 "$BUILD/src/engine/gpu_sampling_test"
