@@ -396,8 +396,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <bool kBf16>
 void launch_partials_wide(const float* x, int64_t n, int64_t x_stride, const void* w, int64_t out, int64_t in,
                           int64_t chunks, double* ws, cudaStream_t s) {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device (TP ranks)
+  call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(small_out_partials_wide_kernel<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kWideSmem)));
   });

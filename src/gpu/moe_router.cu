@@ -261,8 +261,8 @@ bool wide_router_per_chunk(int64_t n, int E) {
 template <bool kBf16>
 void launch_router_wide(const float* x, int64_t n, int64_t D, const void* gate, int E, bool per_chunk,
                         double* partials, cudaStream_t s) {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device (TP ranks)
+  call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(router_logits_wide_kernel<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kWideSmem)));
   });
