@@ -57,6 +57,16 @@ void call_once_per_device(std::once_flag (&flags)[kMaxDevices], F&& f) {
   std::call_once(flags[dev], std::forward<F>(f));
 }
 
+// The current device's SM count (queried once per device).
+inline int device_sm_count() {
+  static std::once_flag once[kMaxDevices];
+  static int sms[kMaxDevices];
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  call_once_per_device(once, [&] { CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev)); });
+  return sms[dev];
+}
+
 template <class T>
 class DeviceBuffer {
  public:

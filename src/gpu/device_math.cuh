@@ -19,6 +19,14 @@ __device__ __forceinline__ float round_bf16(float f) {
   return __uint_as_float((u >> 16) << 16);
 }
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
+// The bf16 values packed in a word (low half = lower index) / in two words, as floats (exact).
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t u) {
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+__device__ __forceinline__ float4 bf16x4_to_float4(uint2 u) {
+  const float2 a = bf16x2_to_float2(u.x), b = bf16x2_to_float2(u.y);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
 // The bits of a bf16 value held in a float (truncation: exact when is_bf16_value).
 __device__ __forceinline__ uint16_t bf16_bits(float bf16_value) { return uint16_t(__float_as_uint(bf16_value) >> 16); }
 __device__ __forceinline__ bool is_bf16_value(float v) { return (__float_as_uint(v) & 0xffffu) == 0; }

@@ -15,9 +15,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <string_view>
 
 #include "base/check.h"
+#include "base/env.h"
 #include "gpu/decode_ops.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_model_workspace.h"
@@ -33,10 +33,7 @@ namespace {
 // noise, B = 64 +1.6 %), unless DSV4_DECODE_BRANCH=0.
 constexpr int64_t kDecodeBranchMaxRows = 16;
 bool decode_branch_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSV4_DECODE_BRANCH");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = env_switch_on("DSV4_DECODE_BRANCH");
   return on;
 }
 

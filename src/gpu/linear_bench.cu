@@ -352,6 +352,26 @@ int main(int argc, char** argv) {
   fill_random_f32(rope.get(), 200 * 32 * 2, 1.0f, 0.0f, 15, nullptr);
   DeviceBuffer<uint8_t> qcodes(Mdecode * D);
   DeviceBuffer<float> qscales(Mdecode * D / 128);
+  // hc_pre_norm on one prefill row block (the two-pass form): the block's streams are re-read
+  // from L1 / L2 for the weighted sum, so bytes count them once.
+  {
+    const int64_t M = kSmallOutRowBlock;
+    DeviceBuffer<float> st(M * hc * D), xb(M * D), pb(M * hc), cb(M * hc * hc), fw(Mix * hc * D);
+    fill_random_f32(st.get(), M * hc * D, 1.0f, 0.0f, 16, nullptr);
+    fill_random_f32(fw.get(), Mix * hc * D, 0.01f, 0.0f, 17, nullptr);
+    const int64_t parts_n = small_out_linear_workspace(M, Mix, hc * D);
+    DeviceBuffer<double> parts(static_cast<size_t>(parts_n));
+    const int64_t chunks =
+        small_out_linear_partials(st.get(), M, hc * D, fw.get(), false, Mix, hc * D, parts.get(), parts_n, nullptr);
+    const Timing t = time_graph(
+        [&](int, cudaStream_t s) {
+          hc_pre_norm(st.get(), parts.get(), chunks, M, D, scale.get(), base.get(), HcDeviceParams{}, nw.get(),
+                      xb.get(), pb.get(), cb.get(), s);
+        },
+        replays);
+    report("small", "hc_pre_norm D=4096", M,
+           M * (hc * D * 4.0 + D * 4.0 + hc * (3 + 2 * hc) * 4.0) + double(parts_n) * 8 + D * 4.0, t);
+  }
   for (int64_t M : {int64_t{1}, int64_t{16}, int64_t{64}}) {
     Timing t = time_graph(
         [&](int, cudaStream_t s) {

@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
-#include <string_view>
 
+#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma.h"
@@ -459,10 +459,7 @@ int64_t staged_min_rows() {
 // gpu_linear_bench: 16–21 % faster at 4096 rows, up to 36 % slower at 512 (fewer, longer CTAs).
 constexpr int64_t kWgmmaMinRows = 2048;
 bool lin8_wgmma_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSV4_LIN8_WGMMA");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = env_switch_on("DSV4_LIN8_WGMMA");
   return on;
 }
 

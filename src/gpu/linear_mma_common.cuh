@@ -144,6 +144,39 @@ __device__ __forceinline__ int64_t take_tile_segment(const Args& a, int64_t by, 
   return by;
 }
 
+// This CTA's slice of a tiled launch (tiled_grid: x row tiles, y output tiles) — the segment or
+// group of output-tile row blockIdx.y resolved, as the register kernel does: outputs
+// [o0, o_end), rows from n0, group grp, and the segment's weights, output and rounding.
+struct TileArgs {
+  const uint8_t* w;
+  const uint8_t* ws;
+  int64_t o0, o_end, n0, grp, out;
+  float* y;
+  bool round;
+  float post_scale;
+};
+__device__ __forceinline__ TileArgs resolve_tile(const Args& a, int64_t tile_out, int64_t tile_rows) {
+  int64_t by = blockIdx.y;
+  TileArgs ta{static_cast<const uint8_t*>(a.w), a.ws, 0, 0, int64_t(blockIdx.x) * tile_rows, 0, a.out, a.y, a.round,
+              a.post_scale};
+  int64_t opg = a.opg;
+  if (a.nseg > 0) {
+    by = take_tile_segment(a, by, [&](const Args::Seg& sg) {
+      ta.w = static_cast<const uint8_t*>(sg.w);
+      ta.ws = sg.ws;
+      ta.out = opg = sg.out;
+      ta.y = sg.y;
+      ta.round = sg.round;
+      ta.post_scale = sg.post_scale;
+    });
+  }
+  const int64_t tiles_per_group = (opg + tile_out - 1) / tile_out;
+  ta.grp = by / tiles_per_group;
+  ta.o0 = ta.grp * opg + (by % tiles_per_group) * tile_out;
+  ta.o_end = (ta.grp + 1) * opg;
+  return ta;
+}
+
 // The shared-memory-staged kernel (linear_mma_staged.cu): the same bits as the register-fed
 // tiles (linear_mma.h numerics). The dispatch takes it for calls of ≥ kStagedMinRows rows that
 // give it ≥ kStagedMinCtas CTAs (staged_ctas). launch_staged returns false, launching nothing,

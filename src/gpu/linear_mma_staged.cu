@@ -59,15 +59,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint32_t* p)
                : "r"(a));
 }
 
-struct TileArgs {  // this CTA's slice of the call (segment / group resolved)
-  const unsigned char* w;
-  const uint8_t* ws;
-  int64_t o0, o_end, n0, grp, out;
-  float* y;
-  bool round;
-  float post_scale;
-};
-
 template <Wt WT>
 __device__ __forceinline__ void load_block(const Args& a, const TileArgs& ta, int64_t kb, Chunks<WT>& c) {
   const int tid = threadIdx.x;
@@ -167,25 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1) staged_linear_kernel(Args a) {
   extern __shared__ __align__(16) uint32_t smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int wo = warp & 3, wr = warp >> 2;
-  // Resolve the CTA's output tile (segment or group), as the register kernel does.
-  int64_t by = blockIdx.y;
-  TileArgs ta{static_cast<const unsigned char*>(a.w), a.ws, 0, 0, int64_t(blockIdx.x) * kTileRows, 0, a.out, a.y,
-              a.round, a.post_scale};
-  int64_t opg = a.opg;
-  if (a.nseg > 0) {
-    by = take_tile_segment(a, by, [&](const Args::Seg& sg) {
-      ta.w = static_cast<const unsigned char*>(sg.w);
-      ta.ws = sg.ws;
-      ta.out = opg = sg.out;
-      ta.y = sg.y;
-      ta.round = sg.round;
-      ta.post_scale = sg.post_scale;
-    });
-  }
-  const int64_t tiles_per_group = (opg + kTileOut - 1) / kTileOut;
-  ta.grp = by / tiles_per_group;
-  ta.o0 = ta.grp * opg + (by % tiles_per_group) * kTileOut;
-  ta.o_end = (ta.grp + 1) * opg;
+  const TileArgs ta = resolve_tile(a, kTileOut, kTileRows);
   const int64_t kblocks = a.in / 128;
   const int64_t srow = (ta.o0 / 128) * kblocks;  // lin8: the tile's weight-scale row (128-aligned tile)
 

@@ -328,9 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     wv[m] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (o < out) {
       if constexpr (kBf16) {
-        const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(w) + o * in + k0) + step);
-        wv[m] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                            __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+        wv[m] = bf16x4_to_float4(__ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(w) + o * in + k0) + step));
       } else {
         wv[m] = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w) + o * in + k0) + step);
       }

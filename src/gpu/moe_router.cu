@@ -45,9 +45,7 @@ template <bool kBf16>
 __device__ __forceinline__ void gate_quad(const void* wrow, int64_t k, bool valid, double* out) {
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (valid && kBf16) {
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(wrow) + k));
-    v = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                    __uint_as_float(u.y & 0xffff0000u));
+    v = bf16x4_to_float4(__ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(wrow) + k)));
   } else if (valid) {
     v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(wrow) + k));
   }
@@ -252,10 +250,7 @@ bool wide_router_applies(const float* x, int64_t n, int64_t D, const void* gate,
 
 // Whether the wide kernel should split the call by chunk (too few CTAs for one wave otherwise).
 bool wide_router_per_chunk(int64_t n, int E) {
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return int64_t{E / kWideExperts} * ((n + kWideRows - 1) / kWideRows) < sms;
+  return int64_t{E / kWideExperts} * ((n + kWideRows - 1) / kWideRows) < device_sm_count();
 }
 
 template <bool kBf16>

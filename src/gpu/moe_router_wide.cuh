@@ -79,8 +79,10 @@ __device__ __forceinline__ void wide_store_group(const WideGroupRegs<kBf16>& v, 
     if constexpr (kBf16) {
       double2* d = reinterpret_cast<double2*>(ws + (f >> 4) * kWideStride + 8 * (f & 15));
 #pragma unroll
-      for (int h = 0; h < 4; ++h)
-        d[h] = make_double2(__uint_as_float(u[h] << 16), __uint_as_float(u[h] & 0xffff0000u));
+      for (int h = 0; h < 4; ++h) {
+        const float2 f = bf16x2_to_float2(u[h]);
+        d[h] = make_double2(f.x, f.y);
+      }
     } else {
       double2* d = reinterpret_cast<double2*>(ws + (f >> 5) * kWideStride + 4 * (f & 31));
       d[0] = make_double2(__uint_as_float(u[0]), __uint_as_float(u[1]));

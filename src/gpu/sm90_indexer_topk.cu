@@ -374,20 +374,11 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 namespace {
 
-int num_sms() {
-  static std::once_flag sms_once[kMaxDevices];
-  static int sms[kMaxDevices];
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  call_once_per_device(sms_once, [&] { CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev)); });
-  return sms[dev];
-}
-
 // Score CTAs per row (one CTA per SM, ≈ 155 KB smem): floor(SMs / rows), at most one per
 // 256-key block; 0 when no row has a visible key (no scan). rows · slices ≤ max(rows, SMs).
 int scan_slices(int rows, int max_visible) {
   const int blocks = (max_visible + kKeysPerCta - 1) / kKeysPerCta;
-  return std::min(blocks, std::max(1, num_sms() / rows));
+  return std::min(blocks, std::max(1, device_sm_count() / rows));
 }
 
 void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {

@@ -39,7 +39,7 @@ constexpr int kXTile = kTileRows * 256;      // 96 rows: two 12 KB atoms
 constexpr int kF16Stage = kWTile + kXTile;   // 56 KB (a multiple of 1024)
 constexpr int kF16Stages = 2, kRawSlots = 3;
 constexpr int kRawSlot = (kTileOut + kTileRows) * 128;  // raw e4m3 weight rows, then activation rows
-constexpr int kScaleFloats = kTileRows + 4; // per f16 stage: s_x of the 128 rows, then s_w
+constexpr int kScaleFloats = kTileRows + 4; // per f16 stage: s_x of the tile rows, then s_w
 constexpr int kSmem = 1024 + kF16Stages * kF16Stage + kRawSlots * kRawSlot + kF16Stages * kScaleFloats * 4 + 64;
 static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
 
@@ -86,12 +86,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
-struct Tile {  // this CTA's slice of the call (segment / group resolved)
-  const uint8_t *w, *ws;
-  int64_t o0, o_end, n0, out;
-  float* y;
-  bool round;
-};
 
 // The n-th block of the chains' order (chain c = blocks c, c + 8, … in increasing kb), or −1.
 __device__ __forceinline__ int64_t chain_order_block(int64_t n, int64_t kblocks) {
@@ -105,7 +99,7 @@ __device__ __forceinline__ int64_t chain_order_block(int64_t n, int64_t kblocks)
 
 // Producer thread p: block kb's 128 bytes of weight row p and activation row p into a raw slot
 // (granule j of row p at (j ^ (p & 7))·16), one commit group (empty when kb < 0).
-__device__ __forceinline__ void issue_raw(const Args& a, const Tile& ta, int p, int64_t kb, uint8_t* slot) {
+__device__ __forceinline__ void issue_raw(const Args& a, const TileArgs& ta, int p, int64_t kb, uint8_t* slot) {
   if (kb >= 0) {
     const int64_t o = min(ta.o0 + p, ta.o_end - 1);
     const int64_t r = min(ta.n0 + min(p, kTileRows - 1), a.rows - 1) / a.x_row_div;
@@ -151,23 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_lin8_kernel(Args a) {
   uint64_t* full = reinterpret_cast<uint64_t*>(scales + kF16Stages * kScaleFloats);
   uint64_t* empty = full + kF16Stages;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  // The CTA's output tile (segment or group), as the other lin8 kernels resolve it.
-  int64_t by = blockIdx.y;
-  Tile ta{static_cast<const uint8_t*>(a.w), a.ws, 0, 0, int64_t(blockIdx.x) * kTileRows, a.out, a.y, a.round};
-  int64_t opg = a.opg;
-  if (a.nseg > 0) {
-    by = take_tile_segment(a, by, [&](const Args::Seg& sg) {
-      ta.w = static_cast<const uint8_t*>(sg.w);
-      ta.ws = sg.ws;
-      ta.out = opg = sg.out;
-      ta.y = sg.y;
-      ta.round = sg.round;
-    });
-  }
-  const int64_t tiles_per_group = (opg + kTileOut - 1) / kTileOut;
-  const int64_t grp = by / tiles_per_group;
-  ta.o0 = grp * opg + (by % tiles_per_group) * kTileOut;
-  ta.o_end = (grp + 1) * opg;
+  const TileArgs ta = resolve_tile(a, kTileOut, kTileRows);
   const int64_t kblocks = a.in / 128;
   const int64_t srow = (ta.o0 / 128) * kblocks;  // the tile's weight-scale row (128-aligned tile)
   if (threadIdx.x == 0) {
