@@ -465,20 +465,25 @@ bool lin8_wgmma_enabled() {
 
 // The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 // Forced tiles (tests, benchmarks): 0 .. kNumTiles − 1 the register-fed tiles, kNumTiles the
-// staged kernel, kNumTiles + 1 the warpgroup-MMA lin8 (other calls: the default choice).
+// staged kernel, kNumTiles + 1 the warpgroup-MMA lin8, kNumTiles + 2 its bulk-copy form (other
+// calls: the default choice).
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
   constexpr bool kStaged = WT != Wt::kFp8AsBf16;
   if constexpr (kStaged)
     if (g_forced_tile == kNumTiles && launch_staged<WT>(a, s)) return true;  // the staged tile, forced
   if constexpr (WT == Wt::kFp8)
-    if (g_forced_tile == kNumTiles + 1 && launch_wgmma_lin8(a, s)) return true;
+    if ((g_forced_tile == kNumTiles + 1 && launch_wgmma_lin8(a, s)) ||
+        (g_forced_tile == kNumTiles + 2 && launch_bulk_lin8(a, s)))
+      return true;
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && tile_fits(kTiles[g_forced_tile], a))
     return launch_tile<WT>(g_forced_tile, a, s);
   if constexpr (kStaged)
     if (a.rows >= staged_min_rows() && staged_ctas(a) >= kStagedMinCtas) {
       if constexpr (WT == Wt::kFp8)
-        if (a.rows >= kWgmmaMinRows && lin8_wgmma_enabled() && launch_wgmma_lin8(a, s)) return true;
+        if (a.rows >= kWgmmaMinRows && lin8_wgmma_enabled() &&
+            ((lin8_bulk_enabled() && launch_bulk_lin8(a, s)) || launch_wgmma_lin8(a, s)))
+          return true;
       if (launch_staged<WT>(a, s)) return true;
     }
   return launch_tile<WT>(choose_tile<WT>(a), a, s);
@@ -552,7 +557,7 @@ bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, co
   return dispatch<Wt::kFp8>(a, s);
 }
 
-int tile_count() { return kNumTiles + 2; }  // the register-fed tiles, the staged one, its wgmma lin8 form
-void force_tile(int i) { g_forced_tile = i >= 0 && i <= kNumTiles + 1 ? i : -1; }
+int tile_count() { return kNumTiles + 3; }  // the register-fed tiles, the staged one, its two wgmma lin8 forms
+void force_tile(int i) { g_forced_tile = i >= 0 && i <= kNumTiles + 2 ? i : -1; }
 
 }  // namespace dsv4::gpu::mma

@@ -186,6 +186,11 @@ int64_t staged_ctas(const Args& a);
 // The staged lin8 on sm_90a warpgroup MMAs (sm90_linear_wgmma.cu: 128 × 96 tiles, a producer
 // warpgroup): the same bits; false (nothing launched) where the staged kernel would decline.
 bool launch_wgmma_lin8(const Args& a, cudaStream_t s);
+// The same on pre-converted f16 tiles fed by bulk copies (sm90_lin8_bulk.cu: 128 × 128 tiles, two
+// small conversion launches first; declines x_row_div ≠ 1, grouped calls, and calls its scratch is too small for while capturing).
+// lin8_bulk_enabled: unless DSV4_LIN8_BULK=0.
+bool launch_bulk_lin8(const Args& a, cudaStream_t s);
+bool lin8_bulk_enabled();
 template <Wt WT>
 bool launch_staged(const Args& a, cudaStream_t s);
 

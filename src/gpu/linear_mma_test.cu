@@ -497,5 +497,53 @@ TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
 
 // Weightless bf16 head RMS (cpu attention.cpp head_rms_bf16, restated here: it is internal).
 
+// The bulk-copy wgmma lin8 (sm90_lin8_bulk.cu, the last forced tile; the default from
+// kWgmmaMinRows rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks (chains
+// with no, one and four blocks), outputs with partial 128-tiles and scale blocks, rows with
+// partial 128-row tiles, rounded and not, and lin8_multi's segments (each segment's own tiles).
+TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t in : {int64_t{512}, int64_t{1024}, int64_t{4096}}) {
+    const int64_t outs_n[] = {1040, 384, 72};
+    std::vector<Fp8Case> cases;
+    std::vector<DeviceBuffer<uint8_t>> dw, ds;
+    for (int j = 0; j < 3; ++j) {
+      cases.emplace_back(outs_n[j], in, 500 + 7 * j + in);
+      dw.push_back(to_device(cases.back().codes));
+      ds.push_back(to_device(cases.back().sc));
+    }
+    for (const int64_t rows : {1, 130, 300}) {
+      auto dx = to_device(random_bf16(rows * in, 1.0f, 700 + rows + in));
+      DeviceBuffer<uint8_t> q(rows * in);
+      DeviceBuffer<float> qs(rows * in / 128);
+      quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+      auto run = [&](int tile, bool multi) {
+        mma::force_tile(tile);
+        std::vector<DeviceBuffer<float>> y;
+        Lin8Out outs[3];
+        for (int j = 0; j < 3; ++j) {
+          y.emplace_back(rows * outs_n[j]);
+          outs[j] = {.w = dw[j].get(), .ws = ds[j].get(), .out = outs_n[j], .y = y[j].get(), .round_out = j != 1};
+          if (!multi)
+            lin8(q.get(), qs.get(), rows, 1, dw[j].get(), ds[j].get(), outs_n[j], in, nullptr, y[j].get(), nullptr,
+                 outs[j].round_out);
+        }
+        if (multi) lin8_multi(q.get(), qs.get(), rows, in, std::span<const Lin8Out>(outs, 3), nullptr);
+        std::vector<std::vector<float>> h;
+        for (auto& b : y) h.push_back(b.download());
+        mma::force_tile(-1);
+        return h;
+      };
+      const auto want = run(0, false);  // the first register-fed tile
+      for (const bool multi : {false, true}) {
+        const auto got = run(mma::tile_count() - 1, multi);
+        for (int j = 0; j < 3; ++j)
+          EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * sizeof(float)))
+              << "in " << in << " rows " << rows << " output " << j << " multi " << multi;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv4::gpu

@@ -27,9 +27,12 @@
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/sm90_wgmma_common.cuh"
 
 namespace dsv4::gpu::mma::detail {
 namespace {
+
+using namespace wgmma;
 
 // 96 rows, not 128: a consumer thread holds part, acc and the chains' total (3 × 48 fp32), and
 // the whole kernel compiles under the 168-register launch bound (setmaxnreg does not raise it).
@@ -43,16 +46,6 @@ constexpr int kScaleFloats = kTileRows + 4; // per f16 stage: s_x of the tile ro
 constexpr int kSmem = 1024 + kF16Stages * kF16Stage + kRawSlots * kRawSlot + kF16Stages * kScaleFloats * 4 + 64;
 static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Descriptor of a 128-byte-swizzled K-major tile at shared address saddr (1024-byte aligned
-// atoms; 8-row groups 1024 B apart).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
-  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
 // d (+)= A(64 × 16 f16 at adesc) · B(16 × 96 f16 at bdesc)ᵀ; accumulate = false: fresh.
 // d[4j + 2r + c]: A row 16·(warp % 4) + g + 8r, B row 8j + 2t + c.
 __device__ __forceinline__ void wgmma_f16_n96(float (&d)[48], uint64_t adesc, uint64_t bdesc, bool accumulate) {
@@ -62,39 +55,6 @@ __device__ __forceinline__ void wgmma_f16_n96(float (&d)[48], uint64_t adesc, ui
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
       : "l"(adesc), "l"(bdesc), "r"(int(accumulate)));
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-
-
-// The n-th block of the chains' order (chain c = blocks c, c + 8, … in increasing kb), or −1.
-__device__ __forceinline__ int64_t chain_order_block(int64_t n, int64_t kblocks) {
-  for (int c = 0; c < kWarps && n >= 0; ++c) {
-    const int64_t cnt = c < kblocks ? (kblocks - c + kWarps - 1) / kWarps : 0;
-    if (n < cnt) return c + int64_t{kWarps} * n;
-    n -= cnt;
-  }
-  return -1;
 }
 
 // Producer thread p: block kb's 128 bytes of weight row p and activation row p into a raw slot

@@ -1,0 +1,344 @@
+// lin8 for many rows on sm_90a warpgroup MMAs, fed by bulk copies of pre-converted tiles
+// (prefill): the same bits as every other lin8 kernel (linear_mma.h numerics).
+//
+// Why the same bits: per 128-K block every lin8 kernel forms a fresh chain of 8 f16 MMA k16 steps
+// over the block's e4m3 values converted exactly to f16, step s taking physical k 32t + 4s +
+// {0, 1} into MMA k {2t, 2t+1} and 32t + 4s + {2, 3} into {2t+8, 2t+9}; sm90_linear_wgmma.cu
+// showed that 8 chained `wgmma m64nNk16 f16` over the same values in the same k positions give
+// the same bits as the mma.sync chains. This kernel runs the same chains and the same sums.
+//
+// Why another form: the warp-specialized kernel of sm90_linear_wgmma.cu converts e4m3 → f16 in
+// its producer warpgroup (128 threads convert 224 rows per block) and is bound by it (H200,
+// 4096 × 4096 × 4096: 777 µs; producer alone 710, consumers alone 458). Here two small passes
+// convert the whole call first — x rows and weight rows into f16 tiles already in the
+// wgmma's 128-byte-swizzled layout, the activation scales beside them — so a stage is three
+// contiguous runs (32 KB weights, 32 KB activations, 512 B scales) that one thread fetches with
+// `cp.async.bulk` onto an mbarrier, and the CTA needs no producer warps: the 2 consumer
+// warpgroups alone (8 warps, so a thread may hold 255 registers — a ninth warp would put three
+// on one SM sub-partition and cap it at 168) hold 128-row tiles (part, acc and total: 3 × 64 fp32
+// per thread); the last warp done with a stage issues its refill.
+//
+// CTA tile: 128 outputs × 128 rows; warpgroup h: outputs [64h, +64), 8 chained `wgmma
+// m64n128k16 f16` per block, then acc = acc + part·(s_x·s_w); chain c = blocks c, c + 8, …;
+// total = c == 0 ? acc : total + acc. 3 stages of 65 KB.
+// Scratch: the converted tiles live in a per-device buffer grown on demand (never while the
+// stream is capturing a graph: a call it is too small for is then declined and the caller falls
+// back to the other kernels).
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/linear_mma_common.cuh"
+#include "gpu/pdl.cuh"
+#include "gpu/sm90_wgmma_common.cuh"
+
+namespace dsv4::gpu::mma::detail {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kTile = 128;                   // outputs and rows of a CTA tile
+constexpr int kThreads = 256, kConsumers = 256;  // 8 warps: 2 per SM sub-partition, so 255 registers
+constexpr int kTileBytes = kTile * 256;       // 128 rows × 128 f16: two 16 KB swizzle atoms
+constexpr int kScaleBytes = kTile * 4;        // s_x of the tile's rows for one block
+constexpr int kStageBytes = 2 * kTileBytes + 1024;  // weights, activations, scales (1024-aligned)
+constexpr int kStages = 3;
+constexpr int kSmem = 1024 + kStages * kStageBytes + 64;
+static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
+
+// d = A(64 × 16 f16 at adesc) · B(16 × 128 f16 at bdesc)ᵀ (fresh: the compiler sees d written,
+// not read) and d += the same (accumulate). d[4j + 2r + c]: A row 16·(warp % 4) + g + 8r, B row
+// 8j + 2t + c.
+#define DSV4_WGMMA_N128_OUT "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"\
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+__device__ __forceinline__ void wgmma_f16_n128_fresh(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_OUT ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+        "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+        "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+        "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+        "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+        "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+        "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+      : "l"(adesc), "l"(bdesc));
+}
+__device__ __forceinline__ void wgmma_f16_n128_acc(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_OUT ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(adesc), "l"(bdesc));
+}
+#undef DSV4_WGMMA_N128_OUT
+
+// chain_order_block in 32-bit arithmetic without a loop: chains c < r have q + 1 blocks, the
+// others q (q = kblocks / 8, r = kblocks % 8); n < kblocks.
+__device__ __forceinline__ int chain_block32(int n, int kblocks) {
+  const int q = kblocks >> 3, r = kblocks & 7, head = r * (q + 1);
+  if (n < head) {
+    const int c = n / (q + 1);
+    return c + kWarps * (n - c * (q + 1));
+  }
+  const int m = n - head, c = m / q;  // q > 0 here
+  return r + c + kWarps * (m - c * q);
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global src to shared dst,
+// completing on bar's transaction count.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// Conversion pass: rows [0, tiles·128) of a matrix of e4m3 codes (src [valid, in], row stride
+// in) into f16 tiles — tile T, block kb at dst + (T·kblocks + kb)·kTileBytes, row p's 16-byte
+// chunk C (logical pairs 4C .. 4C + 3: for i = 0..3 the pair at physical k 32i + 4·(C / 2) +
+// 2·(C % 2)) at atom C / 8, chunk (C % 8) ^ (p & 7) — and, when xs is set, the rows' scales
+// xs [valid, kblocks] into xsp [(T·kblocks + kb)·128 + p]. Rows ≥ valid become zeros.
+__global__ void lin8_tiles_kernel(const uint8_t* __restrict__ src, const float* __restrict__ xs, int64_t valid,
+                                  int64_t in, int64_t tiles, uint8_t* __restrict__ dst, float* __restrict__ xsp) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t kblocks = in / 128, total = tiles * kTile * kblocks;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i % (tiles * kTile), kb = i / (tiles * kTile);  // consecutive threads: consecutive rows
+    const int64_t T = r / kTile;
+    const int p = int(r % kTile);
+    uint32_t wd[32];
+    if (r < valid) {
+      const uint4* s = reinterpret_cast<const uint4*>(src + r * in + kb * 128);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint4 v = __ldg(s + j);
+        wd[4 * j] = v.x, wd[4 * j + 1] = v.y, wd[4 * j + 2] = v.z, wd[4 * j + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) wd[j] = 0u;
+    }
+    uint8_t* tile = dst + (T * kblocks + kb) * kTileBytes;
+#pragma unroll
+    for (int C = 0; C < 16; ++C) {
+      uint32_t o[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) o[q] = e4m3x2_to_f16x2(wd[8 * q + (C >> 1)] >> (16 * (C & 1)));
+      *reinterpret_cast<uint4*>(tile + ((C >> 3) * kTile + p) * 128 + (((C & 7) ^ (p & 7)) << 4)) =
+          make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (xs != nullptr) xsp[(T * kblocks + kb) * kTile + p] = r < valid ? __ldg(xs + r * kblocks + kb) : 0.0f;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    lin8_bulk_kernel(Args a, const uint8_t* __restrict__ wp, const uint8_t* __restrict__ xp,
+                     const float* __restrict__ xsp, int diag) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* stages = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
+  int* released = reinterpret_cast<int*>(full + kStages);  // warps done with a stage's block
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const TileArgs ta = resolve_tile(a, kTile, kTile);
+  const int kblocks = int(a.in / 128);
+  const uint8_t* wsrc = wp + int64_t(blockIdx.y) * kblocks * kTileBytes;
+  const uint8_t* xsrc = xp + int64_t(blockIdx.x) * kblocks * kTileBytes;
+  const float* ssrc = xsp + int64_t(blockIdx.x) * kblocks * kTile;
+  // Block n (chain order) into stage n % kStages: the expected bytes, then three bulk copies.
+  auto fetch = [&](int n) {
+    const int s = n % kStages;
+    const int kb = chain_block32(n, kblocks);
+    uint8_t* st = stages + s * kStageBytes;
+    // diag (DSV4_LIN8_BULK_DIAG, measurement only, wrong results): 1 = no weight copies,
+    // 2 = no copies at all.
+    mbar_expect_tx(full + s, (diag == 0 ? 2 * kTileBytes : diag == 1 ? kTileBytes : 0) + (diag == 2 ? 0 : kScaleBytes));
+    if (diag == 0) bulk_copy(st, wsrc + kb * kTileBytes, kTileBytes, full + s);
+    if (diag != 2) {
+      bulk_copy(st + kTileBytes, xsrc + kb * kTileBytes, kTileBytes, full + s);
+      bulk_copy(st + 2 * kTileBytes, ssrc + kb * kTile, kScaleBytes, full + s);
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);  // the expect_tx arrival (+ the copies' bytes)
+      released[s] = 0;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  pdl_wait();
+  pdl_trigger();
+  if (threadIdx.x == 0)
+    for (int n = 0; n < kStages && n < kblocks; ++n) fetch(n);
+
+  // ---- consumers: warpgroup h, outputs [64h, +64) ----
+  const int h = warp >> 2, w = warp & 3;
+  const int64_t srow = (ta.o0 / 128) * kblocks;  // the tile's weight-scale row (128-aligned tile)
+  float acc[64], total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = total[i] = 0.0f;
+  int c = 0, kb = 0;  // block n of the chains' order is block kb of chain c
+#pragma unroll 1
+  for (int n = 0; n < kblocks; ++n) {
+    const int s = n % kStages;
+    const float sw = e8m0_to_float(__ldg(ta.ws + srow + kb));
+    mbar_wait(full + s, uint32_t((n / kStages) & 1));
+    const uint32_t wt = smem_addr(stages + s * kStageBytes), xt = wt + kTileBytes;
+    float part[64];
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {  // k16 step k: pairs 8k .. 8k + 7 = atom k / 4, bytes 32·(k % 4)
+      const uint32_t koff = (k & 3) * 32;
+      const uint64_t adesc = sw128_desc(wt + (k >> 2) * (kTile * 128) + h * 64 * 128 + koff);
+      const uint64_t bdesc = sw128_desc(xt + (k >> 2) * (kTile * 128) + koff);
+      if (k == 0) wgmma_f16_n128_fresh(part, adesc, bdesc);
+      else wgmma_f16_n128_acc(part, adesc, bdesc);
+    }
+    wg_commit();
+    wg_wait0();
+    const float* sc = reinterpret_cast<const float*>(stages + s * kStageBytes + 2 * kTileBytes);
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const float m = sc[8 * j + 2 * t + c2] * sw;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) acc[4 * j + 2 * r + c2] = acc[4 * j + 2 * r + c2] + part[4 * j + 2 * r + c2] * m;
+      }
+    // The stage's reads (wgmma, scales) are done: the last of the 8 warps to get here refills it.
+    __syncwarp();
+    if (lane == 0 && n + kStages < kblocks && atomicAdd(released + s, 1) == kConsumers / 32 - 1) {
+      released[s] = 0;
+      fence_proxy_async();
+      fetch(n + kStages);
+    }
+    if (kb + kWarps >= kblocks) {  // the last block of chain c
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        total[i] = c == 0 ? acc[i] : total[i] + acc[i];
+        acc[i] = 0.0f;
+      }
+      kb = ++c;
+    } else {
+      kb += kWarps;
+    }
+  }
+  // Chains without blocks (K < 8 blocks) add zeros, as the register kernel's idle warps do.
+  for (; c < kWarps; ++c)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] = total[i] + acc[i];
+
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const int64_t o = ta.o0 + 64 * h + 16 * w + g + 8 * r;
+        const int64_t row = ta.n0 + 8 * j + 2 * t + c2;
+        if (o >= ta.o_end || row >= a.rows) continue;
+        const float v = total[4 * j + 2 * r + c2];
+        ta.y[row * ta.out + o] = ta.round ? round_bf16(v) : v;
+      }
+}
+
+// The per-device scratch of the converted tiles. It only grows, and never while a graph is being
+// captured; an outgrown buffer is kept (not freed), since a graph captured earlier may hold it.
+struct Scratch {
+  uint8_t* p = nullptr;
+  size_t bytes = 0;
+  std::vector<uint8_t*> retired;
+};
+Scratch g_scratch[kMaxDevices];
+std::mutex g_scratch_mu;
+
+// A device buffer of at least `bytes` for the calling device, or null (capturing with a smaller
+// buffer, or out of memory).
+uint8_t* scratch(size_t bytes, bool capturing) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(g_scratch_mu);
+  Scratch& sc = g_scratch[dev];
+  if (sc.bytes >= bytes) return sc.p;
+  if (capturing) return nullptr;
+  uint8_t* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (sc.p != nullptr) sc.retired.push_back(sc.p);
+  sc.p = p;
+  sc.bytes = bytes;
+  return p;
+}
+
+void launch_tiles(const uint8_t* src, const float* xs, int64_t valid, int64_t in, int64_t tiles, uint8_t* dst,
+                  float* xsp, cudaStream_t s) {
+  const int64_t total = tiles * kTile * (in / 128);
+  const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t{device_sm_count()} * 8));
+  launch_pdl(lin8_tiles_kernel, dim3(unsigned(blocks)), 256, 0, s, src, xs, valid, in, tiles, dst, xsp);
+}
+
+}  // namespace
+
+bool lin8_bulk_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DSV4_LIN8_BULK");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
+bool launch_bulk_lin8(const Args& a0, cudaStream_t s) {
+  Args a = a0;
+  if (a.x_row_div != 1 || (a.nseg == 0 && a.opg != a.out) || a.in % 128 != 0) return false;
+  dim3 grid;
+  if (!tiled_grid(a, kTile, kTile, grid)) return false;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  const int64_t kblocks = a.in / 128, rtiles = grid.x, otiles = grid.y;
+  const size_t wbytes = size_t(otiles) * kblocks * kTileBytes, xbytes = size_t(rtiles) * kblocks * kTileBytes;
+  const size_t sbytes = size_t(rtiles) * kblocks * kScaleBytes;
+  uint8_t* base = scratch(wbytes + xbytes + sbytes, cap != cudaStreamCaptureStatusNone);
+  if (base == nullptr) return false;
+  uint8_t *wp = base, *xp = base + wbytes;
+  float* xsp = reinterpret_cast<float*>(base + wbytes + xbytes);
+  launch_tiles(static_cast<const uint8_t*>(a.x), a.xs, a.rows, a.in, rtiles, xp, xsp, s);
+  if (a.nseg == 0) {
+    launch_tiles(static_cast<const uint8_t*>(a.w), nullptr, a.out, a.in, otiles, wp, nullptr, s);
+  } else {
+    for (int j = 0; j < a.nseg; ++j)
+      launch_tiles(static_cast<const uint8_t*>(a.seg[j].w), nullptr, a.seg[j].out, a.in,
+                   ceil_tiles(a.seg[j].out, kTile), wp + size_t(a.seg[j].tile0) * kblocks * kTileBytes, nullptr, s);
+  }
+  static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
+  call_once_per_device(attr_set, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(lin8_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  });
+  static const int diag = [] {
+    const char* v = std::getenv("DSV4_LIN8_BULK_DIAG");
+    return v ? std::atoi(v) : 0;
+  }();
+  launch_pdl(lin8_bulk_kernel, grid, kThreads, size_t(kSmem), s, a, static_cast<const uint8_t*>(wp),
+             static_cast<const uint8_t*>(xp), static_cast<const float*>(xsp), diag);
+  return true;
+}
+
+}  // namespace dsv4::gpu::mma::detail

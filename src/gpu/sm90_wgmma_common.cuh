@@ -1,0 +1,55 @@
+// Device helpers of the warp-specialized warpgroup-MMA linears (sm90_linear_wgmma.cu: lin8,
+// sm90_dense_wgmma.cu: the bf16 dense path): shared-memory descriptors, wgmma fences, mbarriers,
+// cp.async, and the chains' block order of linear_mma.h's numerics. sm_90a only.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/linear_mma_common.cuh"
+
+namespace dsv4::gpu::mma::detail::wgmma {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Descriptor of a 128-byte-swizzled K-major tile at shared address saddr (1024-byte aligned
+// atoms; 8-row groups 1024 B apart).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+// The n-th block of the chains' order (chain c = blocks c, c + 8, … in increasing kb), or −1.
+__device__ __forceinline__ int64_t chain_order_block(int64_t n, int64_t kblocks) {
+  for (int c = 0; c < kWarps && n >= 0; ++c) {
+    const int64_t cnt = c < kblocks ? (kblocks - c + kWarps - 1) / kWarps : 0;
+    if (n < cnt) return c + int64_t{kWarps} * n;
+    n -= cnt;
+  }
+  return -1;
+}
+
+}  // namespace dsv4::gpu::mma::detail::wgmma
