@@ -503,12 +503,17 @@ TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
 // partial 128-row tiles, rounded and not, and lin8_multi's segments (each segment's own tiles).
 TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
   SKIP_WITHOUT_GPU();
-  for (const int64_t in : {int64_t{512}, int64_t{1024}, int64_t{4096}}) {
+  // tiny: every third weight-scale block at 2^-122, so s_x·s_w < 2^-108 there and the kernel
+  // takes its multiply-then-add form (products below the normal range) for those blocks.
+  for (const auto [in, tiny] : {std::pair{int64_t{512}, false}, std::pair{int64_t{1024}, false},
+                                std::pair{int64_t{4096}, false}, std::pair{int64_t{4096}, true}}) {
     const int64_t outs_n[] = {1040, 384, 72};
     std::vector<Fp8Case> cases;
     std::vector<DeviceBuffer<uint8_t>> dw, ds;
     for (int j = 0; j < 3; ++j) {
       cases.emplace_back(outs_n[j], in, 500 + 7 * j + in);
+      if (tiny)
+        for (size_t i = 0; i < cases.back().sc.size(); i += 3) cases.back().sc[i] = 5;
       dw.push_back(to_device(cases.back().codes));
       ds.push_back(to_device(cases.back().sc));
     }
@@ -539,7 +544,7 @@ TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
         const auto got = run(mma::tile_count() - 1, multi);
         for (int j = 0; j < 3; ++j)
           EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * sizeof(float)))
-              << "in " << in << " rows " << rows << " output " << j << " multi " << multi;
+              << "in " << in << " tiny " << tiny << " rows " << rows << " output " << j << " multi " << multi;
       }
     }
   }
