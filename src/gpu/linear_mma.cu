@@ -465,8 +465,8 @@ bool lin8_wgmma_enabled() {
 
 // The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 // Forced tiles (tests, benchmarks): 0 .. kNumTiles − 1 the register-fed tiles, kNumTiles the
-// staged kernel, kNumTiles + 1 the warpgroup-MMA lin8, kNumTiles + 2 its bulk-copy form (other
-// calls: the default choice).
+// staged kernel, kNumTiles + 1 the warpgroup-MMA lin8, kNumTiles + 2 the bulk-copy forms (lin8
+// and bf16 dense; other calls: the default choice).
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
   constexpr bool kStaged = WT != Wt::kFp8AsBf16;
@@ -476,6 +476,8 @@ bool dispatch(const Args& a, cudaStream_t s) {
     if ((g_forced_tile == kNumTiles + 1 && launch_wgmma_lin8(a, s)) ||
         (g_forced_tile == kNumTiles + 2 && launch_bulk_lin8(a, s)))
       return true;
+  if constexpr (WT == Wt::kBf16)
+    if (g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) return true;
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && tile_fits(kTiles[g_forced_tile], a))
     return launch_tile<WT>(g_forced_tile, a, s);
   if constexpr (kStaged)
@@ -484,6 +486,8 @@ bool dispatch(const Args& a, cudaStream_t s) {
         if (a.rows >= kWgmmaMinRows && lin8_wgmma_enabled() &&
             ((lin8_bulk_enabled() && launch_bulk_lin8(a, s)) || launch_wgmma_lin8(a, s)))
           return true;
+      if constexpr (WT == Wt::kBf16)
+        if (a.rows >= kWgmmaMinRows && dense_bulk_enabled() && launch_bulk_dense(a, s)) return true;
       if (launch_staged<WT>(a, s)) return true;
     }
   return launch_tile<WT>(choose_tile<WT>(a), a, s);

@@ -191,6 +191,14 @@ bool launch_wgmma_lin8(const Args& a, cudaStream_t s);
 // lin8_bulk_enabled: unless DSV4_LIN8_BULK=0.
 bool launch_bulk_lin8(const Args& a, cudaStream_t s);
 bool lin8_bulk_enabled();
+// The bf16 dense path in the same form (sm90_dense_bulk.cu: x split into bf16 hi / lo tiles, a lo
+// flag per block). dense_bulk_enabled: unless DSV4_DENSE_BULK=0.
+bool launch_bulk_dense(const Args& a, cudaStream_t s);
+bool dense_bulk_enabled();
+// The scratch of the bulk kernels' converted tiles on the current device, slot 0 (lin8) or 1
+// (dense): at least `bytes`, grown when not capturing a graph, else null. One call at a time
+// per device and slot (the stream's order).
+uint8_t* bulk_scratch(int slot, size_t bytes, bool capturing);
 template <Wt WT>
 bool launch_staged(const Args& a, cudaStream_t s);
 

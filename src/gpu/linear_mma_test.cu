@@ -550,5 +550,47 @@ TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
   }
 }
 
+// The bulk-copy bf16 dense kernel (sm90_dense_bulk.cu, the last forced tile; the default from
+// 2048 rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks, bf16-valued
+// and fp32 activations (the lo tiles), rounded with a post_scale and not, grouped (wo_a's form)
+// and dense_linear_multi's segments, with partial row and output tiles.
+TEST(DenseBulkTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t in : {int64_t{512}, int64_t{1024}, int64_t{4096}}) {
+    const int64_t out = 1040, G = 2, gout = 512, opg = gout / G;
+    const std::vector<uint16_t> bits = to_bf16_bits(random_bf16(out * in, 0.05f, 800 + in));
+    auto dwb = to_device(bits);
+    for (const int64_t rows : {1, 130, 300}) {
+      const auto xb = random_bf16(rows * G * in, 1.0f, 810 + rows + in);
+      std::vector<float> xf(rows * G * in);
+      std::mt19937_64 rng(820 + rows);
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (float& v : xf) v = d(rng);  // full fp32 mantissas: the lo tiles
+      auto dxb = to_device(xb), dxf = to_device(xf);
+      auto run = [&](int tile) {
+        mma::force_tile(tile);
+        std::vector<DeviceBuffer<float>> y;
+        for (int64_t n : {out, out, gout, gout, out, int64_t{200}}) y.emplace_back(rows * n);
+        dense_linear(dxb.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, y[0].get(), nullptr);
+        dense_linear(dxf.get(), rows, in, dwb.get(), true, out, in, 0, false, 0.0f, y[1].get(), nullptr);
+        dense_linear(dxb.get(), rows, G * in, dwb.get(), true, gout, in, opg, true, 0.0f, y[2].get(), nullptr);
+        dense_linear(dxf.get(), rows, G * in, dwb.get(), true, gout, in, opg, false, 0.0f, y[3].get(), nullptr);
+        const DenseOut outs[2] = {{.w = dwb.get(), .out = out, .y = y[4].get()},
+                                  {.w = dwb.get() + 100 * in, .out = 200, .y = y[5].get(), .round_bf16 = true,
+                                   .post_scale = 0.25f}};
+        dense_linear_multi(dxf.get(), rows, in, std::span<const DenseOut>(outs, 2), nullptr);
+        std::vector<std::vector<float>> h;
+        for (auto& b : y) h.push_back(b.download());
+        mma::force_tile(-1);
+        return h;
+      };
+      const auto want = run(0), got = run(mma::tile_count() - 1);
+      for (size_t k = 0; k < want.size(); ++k)
+        EXPECT_EQ(0, std::memcmp(got[k].data(), want[k].data(), want[k].size() * sizeof(float)))
+            << "in " << in << " rows " << rows << " call " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv4::gpu

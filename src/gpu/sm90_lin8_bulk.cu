@@ -88,32 +88,6 @@ __device__ __forceinline__ void wgmma_f16_n128_acc(float (&d)[64], uint64_t ades
 }
 #undef DSV4_WGMMA_N128_OUT
 
-// chain_order_block in 32-bit arithmetic without a loop: chains c < r have q + 1 blocks, the
-// others q (q = kblocks / 8, r = kblocks % 8); n < kblocks.
-__device__ __forceinline__ int chain_block32(int n, int kblocks) {
-  const int q = kblocks >> 3, r = kblocks & 7, head = r * (q + 1);
-  if (n < head) {
-    const int c = n / (q + 1);
-    return c + kWarps * (n - c * (q + 1));
-  }
-  const int m = n - head, c = m / q;  // q > 0 here
-  return r + c + kWarps * (m - c * q);
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-// bytes (a multiple of 16, both addresses 16-byte aligned) from global src to shared dst,
-// completing on bar's transaction count.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // Conversion pass: rows [0, tiles·128) of a matrix of e4m3 codes (src [valid, in], row stride
 // in) into f16 tiles — tile T, block kb at dst + (T·kblocks + kb)·kTileBytes, row p's 16-byte
 // chunk C (logical pairs 4C .. 4C + 3: for i = 0..3 the pair at physical k 32i + 4·(C / 2) +
@@ -292,23 +266,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 }
 
-// The per-device scratch of the converted tiles. It only grows, and never while a graph is being
-// captured; an outgrown buffer is kept (not freed), since a graph captured earlier may hold it.
+// The per-device scratch buffers of the converted tiles (slot 0: lin8, 1: dense). They only grow,
+// and never while a graph is being captured; an outgrown buffer is kept (not freed), since a
+// graph captured earlier may hold it.
 struct Scratch {
   uint8_t* p = nullptr;
   size_t bytes = 0;
   std::vector<uint8_t*> retired;
 };
-Scratch g_scratch[kMaxDevices];
+Scratch g_scratch[kMaxDevices][2];
 std::mutex g_scratch_mu;
 
-// A device buffer of at least `bytes` for the calling device, or null (capturing with a smaller
-// buffer, or out of memory).
-uint8_t* scratch(size_t bytes, bool capturing) {
+}  // namespace
+
+uint8_t* bulk_scratch(int slot, size_t bytes, bool capturing) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(g_scratch_mu);
-  Scratch& sc = g_scratch[dev];
+  Scratch& sc = g_scratch[dev][slot];
   if (sc.bytes >= bytes) return sc.p;
   if (capturing) return nullptr;
   uint8_t* p = nullptr;
@@ -321,6 +296,8 @@ uint8_t* scratch(size_t bytes, bool capturing) {
   sc.bytes = bytes;
   return p;
 }
+
+namespace {
 
 void launch_tiles(const uint8_t* src, const float* xs, int64_t valid, int64_t in, int64_t tiles, uint8_t* dst,
                   float* xsp, cudaStream_t s) {
@@ -350,7 +327,7 @@ bool launch_bulk_lin8(const Args& a0, cudaStream_t s) {
   const int64_t kblocks = a.in / 128, rtiles = grid.x, otiles = grid.y;
   const size_t wbytes = size_t(otiles) * kblocks * kTileBytes, xbytes = size_t(rtiles) * kblocks * kTileBytes;
   const size_t sbytes = size_t(rtiles) * kblocks * kScaleBytes;
-  uint8_t* base = scratch(wbytes + xbytes + sbytes, cap != cudaStreamCaptureStatusNone);
+  uint8_t* base = bulk_scratch(0, wbytes + xbytes + sbytes, cap != cudaStreamCaptureStatusNone);
   if (base == nullptr) return false;
   uint8_t *wp = base, *xp = base + wbytes;
   float* xsp = reinterpret_cast<float*>(base + wbytes + xbytes);

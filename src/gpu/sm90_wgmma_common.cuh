@@ -52,4 +52,31 @@ __device__ __forceinline__ int64_t chain_order_block(int64_t n, int64_t kblocks)
   return -1;
 }
 
+// Bulk copies onto mbarriers (sm90_lin8_bulk.cu, sm90_dense_bulk.cu).
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global src to shared dst,
+// completing on bar's transaction count.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// chain_order_block in 32-bit arithmetic without a loop: chains c < r have q + 1 blocks, the
+// others q (q = kblocks / 8, r = kblocks % 8); n < kblocks.
+__device__ __forceinline__ int chain_block32(int n, int kblocks) {
+  const int q = kblocks >> 3, r = kblocks & 7, head = r * (q + 1);
+  if (n < head) {
+    const int c = n / (q + 1);
+    return c + kWarps * (n - c * (q + 1));
+  }
+  const int m = n - head, c = m / q;  // q > 0 here
+  return r + c + kWarps * (m - c * q);
+}
+
 }  // namespace dsv4::gpu::mma::detail::wgmma
