@@ -18,9 +18,9 @@
 // CTA tile 128 outputs × 128 rows, 8 consumer warps (255 registers: acc 64 fp32 + total 64
 // doubles), 2 stages of 96 KB (weights, hi, lo; the lo copy only for flagged blocks), the last
 // warp done with a stage refills it with cp.async.bulk onto the stage's mbarrier.
-#include <cstdlib>
 #include <mutex>
 
+#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
@@ -146,13 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk_copy(st + kTileBytes, hip + (xt0 + kb) * kTileBytes, kTileBytes, full + s);
     if (lo) bulk_copy(st + 2 * kTileBytes, lop + (xt0 + kb) * kTileBytes, kTileBytes, full + s);
   };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 1);  // the expect_tx arrival (+ the copies' bytes)
-      released[s] = 0;
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  bulk_ring_init<kStages>(full, released);
   __syncthreads();
   pdl_wait();
   pdl_trigger();
@@ -193,12 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_commit();
     wg_wait0();
     // The stage's reads are done: the last of the 8 warps to get here refills it.
-    __syncwarp();
-    if (lane == 0 && n + kStages < kblocks && atomicAdd(released + s, 1) == kConsumers / 32 - 1) {
-      released[s] = 0;
-      fence_proxy_async();
-      fetch(n + kStages);
-    }
+    bulk_stage_release<kStages>(released, s, n, kblocks, kConsumers / 32, fetch);
     if (kb + kWarps >= kblocks) {  // the last block of chain c
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
@@ -230,17 +219,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 }
 
-int grid_for(int64_t items) {
-  return int(std::min<int64_t>((items + 255) / 256, int64_t{device_sm_count()} * 8));
-}
-
 }  // namespace
 
 bool dense_bulk_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSV4_DENSE_BULK");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = env_switch_on("DSV4_DENSE_BULK");
   return on;
 }
 
@@ -261,11 +243,11 @@ bool launch_bulk_dense(const Args& a0, cudaStream_t s) {
   uint8_t *wp = base, *hip = base + wbytes, *lop = hip + xbytes;
   int32_t* flags = reinterpret_cast<int32_t*>(lop + xbytes);
   CUDA_CHECK(cudaMemsetAsync(flags, 0, fbytes, s));
-  launch_pdl(dense_x_tiles_kernel, dim3(unsigned(grid_for(groups * rtiles * kTile * kblocks * 16))), 256, 0, s,
+  launch_pdl(dense_x_tiles_kernel, dim3(unsigned(conversion_grid(groups * rtiles * kTile * kblocks * 16))), 256, 0, s,
              static_cast<const float*>(a.x), a.rows, a.x_stride, a.in, groups, rtiles, hip, lop, flags);
   auto weight_tiles = [&](const void* w, int64_t out, int64_t tile0) {
     const int64_t tiles = ceil_tiles(out, kTile);
-    launch_pdl(dense_w_tiles_kernel, dim3(unsigned(grid_for(tiles * kTile * kblocks * 16))), 256, 0, s,
+    launch_pdl(dense_w_tiles_kernel, dim3(unsigned(conversion_grid(tiles * kTile * kblocks * 16))), 256, 0, s,
                static_cast<const uint16_t*>(w), out, a.in, tiles, wp + size_t(tile0) * kblocks * kTileBytes);
   };
   if (a.nseg == 0) {

@@ -28,10 +28,10 @@
 // Scratch: the converted tiles live in a per-device buffer grown on demand (never while the
 // stream is capturing a graph: a call it is too small for is then declined and the caller falls
 // back to the other kernels).
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
+#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
@@ -127,7 +127,7 @@ __global__ void lin8_tiles_kernel(const uint8_t* __restrict__ src, const float* 
 
 __global__ void __launch_bounds__(kThreads, 1)
     lin8_bulk_kernel(Args a, const uint8_t* __restrict__ wp, const uint8_t* __restrict__ xp,
-                     const float* __restrict__ xsp, int diag) {
+                     const float* __restrict__ xsp) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* stages = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
@@ -144,23 +144,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int s = n % kStages;
     const int kb = chain_block32(n, kblocks);
     uint8_t* st = stages + s * kStageBytes;
-    // diag (DSV4_LIN8_BULK_DIAG, measurement only, wrong results): 1 = no weight copies,
-    // 2 = no copies at all, 3 = no scaled sums, 4 = neither copies nor scaled sums.
-    const bool copies = diag != 2 && diag < 4;
-    mbar_expect_tx(full + s, (!copies ? 0 : diag == 1 ? kTileBytes : 2 * kTileBytes) + (copies ? kScaleBytes : 0));
-    if (copies && diag != 1) bulk_copy(st, wsrc + kb * kTileBytes, kTileBytes, full + s);
-    if (copies) {
-      bulk_copy(st + kTileBytes, xsrc + kb * kTileBytes, kTileBytes, full + s);
-      bulk_copy(st + 2 * kTileBytes, ssrc + kb * kTile, kScaleBytes, full + s);
-    }
+    mbar_expect_tx(full + s, 2 * kTileBytes + kScaleBytes);
+    bulk_copy(st, wsrc + kb * kTileBytes, kTileBytes, full + s);
+    bulk_copy(st + kTileBytes, xsrc + kb * kTileBytes, kTileBytes, full + s);
+    bulk_copy(st + 2 * kTileBytes, ssrc + kb * kTile, kScaleBytes, full + s);
   };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 1);  // the expect_tx arrival (+ the copies' bytes)
-      released[s] = 0;
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  bulk_ring_init<kStages>(full, released);
   {  // weights are not written by earlier kernels: read before the wait
     const int64_t srow = (ta.o0 / 128) * kblocks;
     for (int i = threadIdx.x; i < kblocks; i += kThreads) sw_all[i] = e8m0_to_float(__ldg(ta.ws + srow + i));
@@ -210,9 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       m[2 * j + 1] = sx.y * sw;
       m_min = fminf(m_min, fminf(m[2 * j], m[2 * j + 1]));
     }
-    if (diag >= 3) {
-      acc[0] += part[0];  // keeps the chain's result live
-    } else if (__all_sync(0xffffffffu, m_min >= 0x1p-108f)) {
+    if (__all_sync(0xffffffffu, m_min >= 0x1p-108f)) {
 #pragma unroll
       for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -230,12 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 2 * r + c2] = acc[4 * j + 2 * r + c2] + part[4 * j + 2 * r + c2] * m[2 * j + c2];
     }
     // The stage's reads (wgmma, scales) are done: the last of the 8 warps to get here refills it.
-    __syncwarp();
-    if (lane == 0 && n + kStages < kblocks && atomicAdd(released + s, 1) == kConsumers / 32 - 1) {
-      released[s] = 0;
-      fence_proxy_async();
-      fetch(n + kStages);
-    }
+    bulk_stage_release<kStages>(released, s, n, kblocks, kConsumers / 32, fetch);
     if (kb + kWarps >= kblocks) {  // the last block of chain c
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
@@ -302,17 +284,13 @@ namespace {
 void launch_tiles(const uint8_t* src, const float* xs, int64_t valid, int64_t in, int64_t tiles, uint8_t* dst,
                   float* xsp, cudaStream_t s) {
   const int64_t total = 2 * tiles * kTile * (in / 128);
-  const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t{device_sm_count()} * 8));
-  launch_pdl(lin8_tiles_kernel, dim3(unsigned(blocks)), 256, 0, s, src, xs, valid, in, tiles, dst, xsp);
+  launch_pdl(lin8_tiles_kernel, dim3(unsigned(conversion_grid(total))), 256, 0, s, src, xs, valid, in, tiles, dst, xsp);
 }
 
 }  // namespace
 
 bool lin8_bulk_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSV4_LIN8_BULK");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = env_switch_on("DSV4_LIN8_BULK");
   return on;
 }
 
@@ -343,12 +321,8 @@ bool launch_bulk_lin8(const Args& a0, cudaStream_t s) {
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(lin8_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   });
-  static const int diag = [] {
-    const char* v = std::getenv("DSV4_LIN8_BULK_DIAG");
-    return v ? std::atoi(v) : 0;
-  }();
   launch_pdl(lin8_bulk_kernel, grid, kThreads, size_t(kSmem), s, a, static_cast<const uint8_t*>(wp),
-             static_cast<const uint8_t*>(xp), static_cast<const float*>(xsp), diag);
+             static_cast<const uint8_t*>(xp), static_cast<const float*>(xsp));
   return true;
 }
 

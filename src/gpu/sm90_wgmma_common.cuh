@@ -3,11 +3,19 @@
 // cp.async, and the chains' block order of linear_mma.h's numerics. sm_90a only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+
+#include "gpu/cuda_check.h"
 
 #include "gpu/linear_mma_common.cuh"
 
 namespace dsv4::gpu::mma::detail::wgmma {
+
+// Host: blocks of 256 threads for a grid-stride conversion launch over `items` items.
+inline int conversion_grid(int64_t items) {
+  return int(std::min<int64_t>((items + 255) / 256, int64_t{device_sm_count()} * 8));
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -77,6 +85,32 @@ __device__ __forceinline__ int chain_block32(int n, int kblocks) {
   }
   const int m = n - head, c = m / q;  // q > 0 here
   return r + c + kWarps * (m - c * q);
+}
+
+// The bulk kernels' stage ring without producer warps: full[s] completes on one expect_tx
+// arrival plus the copies' bytes; released[s] counts the consumer warps done with stage s's
+// block. Thread 0 initializes both (the caller syncs the CTA after).
+template <int kStages>
+__device__ __forceinline__ void bulk_ring_init(uint64_t* full, int* released) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      released[s] = 0;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+}
+// A consumer warp is done with block n's stage s (its wgmmas waited for, its shared reads used):
+// the last of the CTA's `warps` warps to get here issues block n + kStages into the stage
+// (fetch(n + kStages)) when there is one.
+template <int kStages, class Fetch>
+__device__ __forceinline__ void bulk_stage_release(int* released, int s, int n, int kblocks, int warps, Fetch&& fetch) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0 && n + kStages < kblocks && atomicAdd(released + s, 1) == warps - 1) {
+    released[s] = 0;
+    fence_proxy_async();
+    fetch(n + kStages);
+  }
 }
 
 }  // namespace dsv4::gpu::mma::detail::wgmma
