@@ -33,6 +33,7 @@ __device__ __forceinline__ bool is_bf16_value(float v) { return (__float_as_uint
 
 // Whether p is 16-byte aligned (float4 / uint4 access); host and device.
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__host__ __device__ __forceinline__ bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
 
 __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
   const uint32_t sign = uint32_t(b >> 7) << 31;
@@ -77,21 +78,25 @@ __device__ __forceinline__ float e8m0_to_float(uint8_t b) {
   return __uint_as_float(uint32_t(b) << 23);
 }
 
+// E2M1 without lookup tables (a dynamically indexed local array lives in local memory: ~20
+// dependent local accesses per value, the bulk of the Q4 simulations' time). Magnitudes of codes
+// 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6 = c / 2 for c < 2, else (1 + (c & 1) / 2)·2^(c / 2 − 1).
 __device__ __forceinline__ float e2m1_to_float(uint8_t nib) {
-  const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float m = kMag[nib & 7];
+  const int c = nib & 7;
+  const float m = c < 2 ? 0.5f * float(c) : (1.0f + 0.5f * float(c & 1)) * float(1 << ((c >> 1) - 1));
   return (nib & 8) ? -m : m;
 }
 
+// Round to nearest even on the E2M1 grid, saturating at 6 (NaN → 0): the code counts the midpoints
+// 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 below |f|; a tie rounds up where the lower code is odd (the
+// midpoints 0.75, 1.75 and 3.5).
 __device__ __forceinline__ uint8_t float_to_e2m1(float f) {
   if (isnan(f)) return 0;
   const uint8_t sign = signbit(f) ? 8 : 0;
   const float a = fabsf(f);
-  const float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint8_t code = 0;
-  while (code < 7 && a > kMid[code]) ++code;
-  if (code < 7 && a == kMid[code] && (code & 1)) ++code;
-  return sign | code;
+  const int code = int(a > 0.25f) + int(a > 0.75f) + int(a > 1.25f) + int(a > 1.75f) + int(a > 2.5f) +
+                   int(a > 3.5f) + int(a > 5.0f) + int(a == 0.75f || a == 1.75f || a == 3.5f);
+  return uint8_t(sign | code);
 }
 
 // 2^k as a float for k in [-126, 127] (normal range; the scales never leave it).

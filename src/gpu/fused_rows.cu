@@ -121,6 +121,75 @@ __global__ void rope_hadamard_q4_kernel(float* x, int len, const float* __restri
   for (int b = threadIdx.x >> 5; b < len / 32; b += warps) simulate_block_warp<true>(v + b * 32, 32, lane);
 }
 
+// Warp per row for len = 32·V (V = 2, 4, 8; the indexer's 128-value query heads): lane l holds
+// values V·l .. V·l + V − 1 in registers — the RoPE pairs of the tail (whole pairs per lane), the
+// Hadamard in double with the same operation per value and stage as hadamard_row_block (stages
+// h < V inside the lane, the others with lane l ^ (h / V)), then the Q4 blocks of 32 values over
+// 32 / V lanes (simulate_block_warp's formula). The same bits as the block-per-row kernel, without
+// a block and 14 barriers per row.
+template <int V>
+__global__ void __launch_bounds__(256) rope_hadamard_q4_warp_kernel(float* x, int64_t rows, const float* __restrict__ table,
+                                                                   int pairs, RowPositions pos) {
+  pdl_wait();
+  pdl_trigger();
+  constexpr int len = 32 * V, G = 32 / V;  // G lanes per Q4 block
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float* rv = x + row * len + V * lane;
+  float v[V];
+#pragma unroll
+  for (int j = 0; j < V; j += 2) {
+    const float2 q = *reinterpret_cast<const float2*>(rv + j);
+    v[j] = q.x, v[j + 1] = q.y;
+  }
+  const int64_t p = row_position(pos, row);
+  const int tail = len - 2 * pairs;  // even: pairs start on even indices
+#pragma unroll
+  for (int j = 0; j < V; j += 2) {
+    const int idx = V * lane + j;
+    if (idx >= tail) {
+      const int i = (idx - tail) / 2;
+      const float2 r = rope_rotate(v[j], v[j + 1], table[(p * pairs + i) * 2], table[(p * pairs + i) * 2 + 1]);
+      v[j] = r.x, v[j + 1] = r.y;
+    }
+  }
+  double d[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) d[j] = v[j];
+#pragma unroll
+  for (int h = 1; h < V; h *= 2) {
+    double n[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) n[j] = (j & h) ? d[j ^ h] - d[j] : d[j] + d[j ^ h];
+#pragma unroll
+    for (int j = 0; j < V; ++j) d[j] = n[j];
+  }
+#pragma unroll
+  for (int m = 1; m < 32; m *= 2)  // stage h = m·V
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const double b = __shfl_xor_sync(0xffffffffu, d[j], m);
+      d[j] = (lane & m) ? b - d[j] : d[j] + b;
+    }
+  const float scale = float(1.0 / sqrt(double(len)));
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    v[j] = round_bf16(float(d[j]) * scale);
+    amax = fmaxf(amax, fabsf(v[j]));
+  }
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float sc = q4_block_scale(amax), inv = 1.0f / sc;  // powers of two: v·inv == v / sc exactly
+#pragma unroll
+  for (int j = 0; j < V; j += 2) {
+    const float a = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[j] * inv, -6.0f), 6.0f))) * sc);
+    const float b = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[j + 1] * inv, -6.0f), 6.0f))) * sc);
+    *reinterpret_cast<float2*>(rv + j) = make_float2(a, b);
+  }
+}
+
 // rms_norm_rows' choice for these pointers (row_ops.cuh): float4s per thread, 0 = its other kernel.
 int rms_vec_per_thread(int64_t dim, const void* x, const void* w, const void* y) {
   return rms_norm_vec_per_thread(dim, aligned16(x) && aligned16(w) && (y == nullptr || aligned16(y)));
@@ -216,8 +285,17 @@ void rope_hadamard_q4_rows(float* x, int64_t rows, int len, const float* table, 
   if (rows == 0) return;
   prof::Launch pl("rope+hadamard+sim_q4", double(rows) * len * 8 + double(rows / pos.rows_per_pos) * pairs * 8, s,
                   [&] { return rows_dim(rows, len); });
-  launch_pdl(rope_hadamard_q4_kernel, static_cast<unsigned>(rows), static_cast<unsigned>(len),
-             size_t(len) * sizeof(double), s, x, len, table, pairs, pos);
+  const unsigned warp_blocks = static_cast<unsigned>((rows + 7) / 8);  // 8 rows (warps) per block
+  if (len == 64 && aligned8(x)) {
+    launch_pdl(rope_hadamard_q4_warp_kernel<2>, warp_blocks, 256u, 0, s, x, rows, table, pairs, pos);
+  } else if (len == 128 && aligned8(x)) {
+    launch_pdl(rope_hadamard_q4_warp_kernel<4>, warp_blocks, 256u, 0, s, x, rows, table, pairs, pos);
+  } else if (len == 256 && aligned8(x)) {
+    launch_pdl(rope_hadamard_q4_warp_kernel<8>, warp_blocks, 256u, 0, s, x, rows, table, pairs, pos);
+  } else {
+    launch_pdl(rope_hadamard_q4_kernel, static_cast<unsigned>(rows), static_cast<unsigned>(len),
+               size_t(len) * sizeof(double), s, x, len, table, pairs, pos);
+  }
 }
 
 }  // namespace dsv4::gpu

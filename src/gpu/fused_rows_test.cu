@@ -168,9 +168,9 @@ TEST(FusedRowsTest, KvRowsToRingEqualsTailThenRingUpdate) {
 
 TEST(FusedRowsTest, RopeHadamardQ4EqualsTheThreeCalls) {
   SKIP_WITHOUT_GPU();
-  for (const int len : {128, 64, 512}) {
+  for (const int len : {128, 64, 256, 512}) {  // 64 / 128 / 256: the warp-per-row kernel
     const int pairs = 32, heads = 8;
-    for (const int64_t n : {1, 3}) {
+    for (const int64_t n : {1, 3, 37}) {
       const int64_t rows = n * heads;
       const auto x = spread_rows(rows, len, 400 + len + n);
       const auto table = random_table(pairs, 9);

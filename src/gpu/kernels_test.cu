@@ -63,6 +63,51 @@ TEST(E4m3EncodeTest, MatchesNumericsEverywhere) {
   EXPECT_EQ(bad, 0);
 }
 
+__global__ void e2m1_round_trip_kernel(const float* x, uint8_t* codes, float* values, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    codes[i] = float_to_e2m1(x[i]);
+    values[i] = e2m1_to_float(uint8_t(i & 15));
+  }
+}
+
+// The device E2M1 encoder and decoder give numerics' codes and values: every code's value, every
+// midpoint (ties to even) and both its float neighbours, both signs, zeros, beyond 6, infinities,
+// NaN, and 2^20 random values.
+TEST(E2m1Test, MatchesNumericsEverywhere) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, 6.0f, 7.0f, 1e9f, std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (int c = 0; c < 7; ++c) {
+    const float a = numerics::e2m1_to_float(uint8_t(c)), b = numerics::e2m1_to_float(uint8_t(c + 1));
+    const float mid = 0.5f * (a + b);
+    for (const float v : {a, b, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> ud(-7.0f, 7.0f);
+  for (int i = 0; i < (1 << 20); ++i) x.push_back(ud(rng));
+  const int n = int(x.size());
+  auto dx = to_device(x);
+  DeviceBuffer<uint8_t> codes(n);
+  DeviceBuffer<float> values(n);
+  e2m1_round_trip_kernel<<<(n + 255) / 256, 256>>>(dx.get(), codes.get(), values.get(), n);
+  CUDA_CHECK_LAUNCH();
+  const std::vector<uint8_t> got = codes.download();
+  const std::vector<float> vals = values.download();
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    if (got[i] != numerics::float_to_e2m1(x[i]) && bad++ < 5)
+      ADD_FAILURE() << "x = " << x[i] << ": device " << int(got[i]) << ", numerics " << int(numerics::float_to_e2m1(x[i]));
+    const float want = numerics::e2m1_to_float(uint8_t(i & 15));
+    if (std::memcmp(&vals[i], &want, sizeof(float)) != 0 && bad++ < 5)
+      ADD_FAILURE() << "code " << (i & 15) << ": device " << vals[i] << ", numerics " << want;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(HeadRmsTest, MatchesReferenceBitForBit) {
   SKIP_WITHOUT_GPU();
   for (const int len : {512, 128, 100}) {
