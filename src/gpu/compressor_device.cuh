@@ -115,7 +115,7 @@ __device__ __forceinline__ void compressor_finish_entry(float* e, int64_t entry,
     for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(blk[i]));
     const float sc = q4_block_scale(amax), inv = 1.0f / sc;  // a power of two (normal): exact
     for (int i = 0; i < 32; ++i)
-      blk[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(blk[i] * inv, -6.0f), 6.0f))) * sc);
+      blk[i] = q4_sim_value(blk[i], inv, sc);
   }
 }
 

@@ -99,6 +99,12 @@ __device__ __forceinline__ uint8_t float_to_e2m1(float f) {
   return uint8_t(sign | code);
 }
 
+// One value of a Q4 block simulation: bf16(e2m1(clamp(v / sc, ±6))·sc), inv = 1 / sc (sc a power
+// of two, so v·inv == v / sc exactly).
+__device__ __forceinline__ float q4_sim_value(float v, float inv, float sc) {
+  return round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v * inv, -6.0f), 6.0f))) * sc);
+}
+
 // 2^k as a float for k in [-126, 127] (normal range; the scales never leave it).
 __device__ __forceinline__ float pow2f(int k) { return __uint_as_float(uint32_t(k + 127) << 23); }
 

@@ -184,9 +184,7 @@ __global__ void __launch_bounds__(256) rope_hadamard_q4_warp_kernel(float* x, in
   const float sc = q4_block_scale(amax), inv = 1.0f / sc;  // powers of two: v·inv == v / sc exactly
 #pragma unroll
   for (int j = 0; j < V; j += 2) {
-    const float a = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[j] * inv, -6.0f), 6.0f))) * sc);
-    const float b = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[j + 1] * inv, -6.0f), 6.0f))) * sc);
-    *reinterpret_cast<float2*>(rv + j) = make_float2(a, b);
+    *reinterpret_cast<float2*>(rv + j) = make_float2(q4_sim_value(v[j], inv, sc), q4_sim_value(v[j + 1], inv, sc));
   }
 }
 

@@ -462,6 +462,17 @@ bool lin8_wgmma_enabled() {
   static const bool on = env_switch_on("DSV4_LIN8_WGMMA");
   return on;
 }
+// From the same rows, lin8 and the bf16 dense path on bulk-copied pre-converted tiles
+// (sm90_lin8_bulk.cu, sm90_dense_bulk.cu; docs/prefill.md) unless DSV4_LIN8_BULK=0 (lin8 then
+// takes the form above) / DSV4_DENSE_BULK=0 (the staged kernel).
+bool lin8_bulk_enabled() {
+  static const bool on = env_switch_on("DSV4_LIN8_BULK");
+  return on;
+}
+bool dense_bulk_enabled() {
+  static const bool on = env_switch_on("DSV4_DENSE_BULK");
+  return on;
+}
 
 // The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 // Forced tiles (tests, benchmarks): 0 .. kNumTiles − 1 the register-fed tiles, kNumTiles the
@@ -561,7 +572,7 @@ bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, co
   return dispatch<Wt::kFp8>(a, s);
 }
 
-int tile_count() { return kNumTiles + 3; }  // the register-fed tiles, the staged one, its two wgmma lin8 forms
+int tile_count() { return kNumTiles + 3; }  // the register-fed tiles, the staged one, the two wgmma forms
 void force_tile(int i) { g_forced_tile = i >= 0 && i <= kNumTiles + 2 ? i : -1; }
 
 }  // namespace dsv4::gpu::mma

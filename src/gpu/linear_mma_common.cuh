@@ -187,14 +187,12 @@ int64_t staged_ctas(const Args& a);
 // warpgroup): the same bits; false (nothing launched) where the staged kernel would decline.
 bool launch_wgmma_lin8(const Args& a, cudaStream_t s);
 // The same on pre-converted f16 tiles fed by bulk copies (sm90_lin8_bulk.cu: 128 × 128 tiles, two
-// small conversion launches first; declines x_row_div ≠ 1, grouped calls, and calls its scratch is too small for while capturing).
-// lin8_bulk_enabled: unless DSV4_LIN8_BULK=0.
+// small conversion launches first; declines x_row_div ≠ 1, grouped calls, and calls its scratch
+// is too small for while capturing).
 bool launch_bulk_lin8(const Args& a, cudaStream_t s);
-bool lin8_bulk_enabled();
 // The bf16 dense path in the same form (sm90_dense_bulk.cu: x split into bf16 hi / lo tiles, a lo
-// flag per block). dense_bulk_enabled: unless DSV4_DENSE_BULK=0.
+// flag per block).
 bool launch_bulk_dense(const Args& a, cudaStream_t s);
-bool dense_bulk_enabled();
 // The scratch of the bulk kernels' converted tiles on the current device, slot 0 (lin8) or 1
 // (dense): at least `bytes`, grown when not capturing a graph, else null. One call at a time
 // per device and slot (the stream's order).

@@ -503,8 +503,8 @@ TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
 // partial 128-row tiles, rounded and not, and lin8_multi's segments (each segment's own tiles).
 TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
   SKIP_WITHOUT_GPU();
-  // tiny: every third weight-scale block at 2^-122, so s_x·s_w < 2^-108 there and the kernel
-  // takes its multiply-then-add form (products below the normal range) for those blocks.
+  // tiny: every third weight-scale block at 2^-122, so the scaled partials part·s_x·s_w fall
+  // below the normal range there (their rounding must match the register tiles').
   for (const auto [in, tiny] : {std::pair{int64_t{512}, false}, std::pair{int64_t{1024}, false},
                                 std::pair{int64_t{4096}, false}, std::pair{int64_t{4096}, true}}) {
     const int64_t outs_n[] = {1040, 384, 72};

@@ -128,7 +128,7 @@ __device__ __forceinline__ void simulate_block_warp(float* v, int block, int lan
   if (Q4) {
     const float sc = q4_block_scale(amax), inv = 1.0f / sc;  // powers of two: v·inv == v / sc exactly
     for (int i = lane; i < block; i += 32)
-      v[i] = round_bf16(e2m1_to_float(float_to_e2m1(fminf(fmaxf(v[i] * inv, -6.0f), 6.0f))) * sc);
+      v[i] = q4_sim_value(v[i], inv, sc);
   } else {
     const float sc = q8_block_scale(amax), inv = 1.0f / sc;
     for (int i = lane; i < block; i += 32)

@@ -20,7 +20,6 @@
 // warp done with a stage refills it with cp.async.bulk onto the stage's mbarrier.
 #include <mutex>
 
-#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
@@ -43,26 +42,12 @@ static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
 // d += A(64 × 16 bf16 at adesc) · B(16 × 128 bf16 at bdesc)ᵀ. d[4j + 2r + c]: A row
 // 16·(warp % 4) + g + 8r, B row 8j + 2t + c.
 __device__ __forceinline__ void wgmma_bf16_n128(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-      "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"
-      "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(adesc), "l"(bdesc));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DSV4_WGMMA_D64_REGS
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : DSV4_WGMMA_D64("+f")
+               : "l"(adesc), "l"(bdesc));
 }
-
-// Byte offset, in a tile of 128 rows, of row p's 16-byte chunk C (0..15) of a block (atom C / 8,
-// chunk (C % 8) ^ (p & 7)); chunk C holds the permuted pairs 4C' + i of half η = C / 8, C' = C % 8.
-__device__ __forceinline__ int chunk_offset(int p, int C) { return ((C >> 3) * kTile + p) * 128 + (((C & 7) ^ (p & 7)) << 4); }
 
 // Weight rows [0, tiles·128) of w (bf16 [valid, in]) into tiles: tile T, block kb at
 // dst + (T·kblocks + kb)·kTileBytes. Item (row, block, chunk C): chunk C = 8η + C' holds words
@@ -82,7 +67,7 @@ __global__ void dense_w_tiles_kernel(const uint16_t* __restrict__ w, int64_t val
 #pragma unroll
       for (int q = 0; q < 4; ++q) o[q] = __ldg(src + 16 * q + 8 * eta + cc);  // pair at 32q + 16η + 2cc
     }
-    *reinterpret_cast<uint4*>(dst + ((r / kTile) * kblocks + kb) * kTileBytes + chunk_offset(int(r % kTile), C)) =
+    *reinterpret_cast<uint4*>(dst + ((r / kTile) * kblocks + kb) * kTileBytes + sw128_chunk_offset(kTile, int(r % kTile), C)) =
         make_uint4(o[0], o[1], o[2], o[3]);
   }
 }
@@ -108,12 +93,13 @@ __global__ void dense_x_tiles_kernel(const float* __restrict__ x, int64_t valid,
       for (int q = 0; q < 4; ++q) {
         const float2 v = __ldg(reinterpret_cast<const float2*>(src + 32 * q + 16 * eta + 2 * cc));
         h[q] = pack_bf16(v.x, v.y);
-        l[q] = pack_bf16(v.x - __uint_as_float(h[q] << 16), v.y - __uint_as_float(h[q] & 0xffff0000u));
+        const float2 hv = bf16x2_to_float2(h[q]);
+        l[q] = pack_bf16(v.x - hv.x, v.y - hv.y);
         any |= l[q] != 0u;
       }
     }
     const int64_t tile = (g * tiles + r / kTile) * kblocks + kb;
-    const int off = chunk_offset(int(r % kTile), C);
+    const int off = sw128_chunk_offset(kTile, int(r % kTile), C);
     *reinterpret_cast<uint4*>(hi + tile * kTileBytes + off) = make_uint4(h[0], h[1], h[2], h[3]);
     *reinterpret_cast<uint4*>(lo + tile * kTileBytes + off) = make_uint4(l[0], l[1], l[2], l[3]);
     // A warp's 32 items are two rows of one tile and block (16 · rows per item group, rows even).
@@ -203,28 +189,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
 
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int c2 = 0; c2 < 2; ++c2) {
-        const int64_t o = ta.o0 + 64 * h + 16 * w + g + 8 * r;
-        const int64_t row = ta.n0 + 8 * j + 2 * t + c2;
-        if (o >= ta.o_end || row >= a.rows) continue;
-        float v = float(total[4 * j + 2 * r + c2]);
-        if (ta.round) v = round_bf16(v);
-        if (ta.post_scale != 0.0f) v = round_bf16(v * ta.post_scale);
-        ta.y[row * ta.out + o] = v;
-      }
+  store_tile<16>(ta, a.rows, total, h, w, g, t);
 }
 
 }  // namespace
-
-bool dense_bulk_enabled() {
-  static const bool on = env_switch_on("DSV4_DENSE_BULK");
-  return on;
-}
 
 bool launch_bulk_dense(const Args& a0, cudaStream_t s) {
   Args a = a0;

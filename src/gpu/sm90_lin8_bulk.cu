@@ -31,7 +31,6 @@
 #include <mutex>
 #include <vector>
 
-#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
@@ -56,37 +55,20 @@ static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
 // d = A(64 × 16 f16 at adesc) · B(16 × 128 f16 at bdesc)ᵀ (fresh: the compiler sees d written,
 // not read) and d += the same (accumulate). d[4j + 2r + c]: A row 16·(warp % 4) + g + 8r, B row
 // 8j + 2t + c.
-#define DSV4_WGMMA_N128_OUT "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"\
-  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 __device__ __forceinline__ void wgmma_f16_n128_fresh(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_OUT ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
-        "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
-        "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
-        "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
-        "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
-        "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
-        "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-      : "l"(adesc), "l"(bdesc));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_D64_REGS
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : DSV4_WGMMA_D64("=f")
+               : "l"(adesc), "l"(bdesc));
 }
 __device__ __forceinline__ void wgmma_f16_n128_acc(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_OUT ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(adesc), "l"(bdesc));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_D64_REGS
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : DSV4_WGMMA_D64("+f")
+               : "l"(adesc), "l"(bdesc));
 }
-#undef DSV4_WGMMA_N128_OUT
 
 // Conversion pass: rows [0, tiles·128) of a matrix of e4m3 codes (src [valid, in], row stride
 // in) into f16 tiles — tile T, block kb at dst + (T·kblocks + kb)·kTileBytes, row p's 16-byte
@@ -113,13 +95,13 @@ __global__ void lin8_tiles_kernel(const uint8_t* __restrict__ src, const float* 
       for (int q = 0; q < 4; ++q) v[q] = __ldg(s + 2 * q + h);
     }
     auto word = [&](int q, int j) { return j == 0 ? v[q].x : j == 1 ? v[q].y : j == 2 ? v[q].z : v[q].w; };
-    uint8_t* line = dst + (T * kblocks + kb) * kTileBytes + (h * kTile + p) * 128;
+    uint8_t* tile = dst + (T * kblocks + kb) * kTileBytes;
 #pragma unroll
     for (int cc = 0; cc < 8; ++cc) {  // chunk C = 8h + cc: word 8q + C / 2 = word (cc / 2) of v[q]
       uint32_t o[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) o[q] = e4m3x2_to_f16x2(word(q, cc >> 1) >> (16 * (cc & 1)));
-      *reinterpret_cast<uint4*>(line + ((cc ^ (p & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(tile + sw128_chunk_offset(kTile, p, 8 * h + cc)) = make_uint4(o[0], o[1], o[2], o[3]);
     }
     if (xs != nullptr && h == 0) xsp[(T * kblocks + kb) * kTile + p] = r < valid ? __ldg(xs + r * kblocks + kb) : 0.0f;
   }
@@ -132,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* stages = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
   int* released = reinterpret_cast<int*>(full + kStages);  // warps done with a stage's block
-  float* sw_all = reinterpret_cast<float*>(released + 4);  // the tile's weight scales, by block
+  float* sw_all = reinterpret_cast<float*>(released + kStages);  // the tile's weight scales, by block
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const TileArgs ta = resolve_tile(a, kTile, kTile);
   const int kblocks = int(a.in / 128);
@@ -186,36 +168,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_commit();
     wg_wait0();
     const float* sc = reinterpret_cast<const float*>(stages + s * kStageBytes + 2 * kTileBytes);
-    // acc = acc + part·m with m = s_x·s_w, a power of two: part·m is exact unless it falls below
-    // the normal range, and then one fma rounds exactly like the multiply-then-add. A nonzero
-    // part is at least 2^-18 in magnitude (a sum of e4m3 products, multiples of 2^-9·2^-9), so
-    // m ≥ 2^-108 keeps every product normal; the warp takes the fma form when all its m are.
-    float m[32];
-    float m_min = 1.0f;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const float2 sx = *reinterpret_cast<const float2*>(sc + 8 * j + 2 * t);
-      m[2 * j] = sx.x * sw;
-      m[2 * j + 1] = sx.y * sw;
-      m_min = fminf(m_min, fminf(m[2 * j], m[2 * j + 1]));
-    }
-    if (__all_sync(0xffffffffu, m_min >= 0x1p-108f)) {
+    for (int j = 0; j < 16; ++j)
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const float m = sc[8 * j + 2 * t + c2] * sw;
 #pragma unroll
-        for (int c2 = 0; c2 < 2; ++c2)
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            acc[4 * j + 2 * r + c2] = __fmaf_rn(part[4 * j + 2 * r + c2], m[2 * j + c2], acc[4 * j + 2 * r + c2]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int c2 = 0; c2 < 2; ++c2)
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            acc[4 * j + 2 * r + c2] = acc[4 * j + 2 * r + c2] + part[4 * j + 2 * r + c2] * m[2 * j + c2];
-    }
+        for (int r = 0; r < 2; ++r) acc[4 * j + 2 * r + c2] = acc[4 * j + 2 * r + c2] + part[4 * j + 2 * r + c2] * m;
+      }
     // The stage's reads (wgmma, scales) are done: the last of the 8 warps to get here refills it.
     bulk_stage_release<kStages>(released, s, n, kblocks, kConsumers / 32, fetch);
     if (kb + kWarps >= kblocks) {  // the last block of chain c
@@ -234,18 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) total[i] = total[i] + acc[i];
 
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int c2 = 0; c2 < 2; ++c2) {
-        const int64_t o = ta.o0 + 64 * h + 16 * w + g + 8 * r;
-        const int64_t row = ta.n0 + 8 * j + 2 * t + c2;
-        if (o >= ta.o_end || row >= a.rows) continue;
-        const float v = total[4 * j + 2 * r + c2];
-        ta.y[row * ta.out + o] = ta.round ? round_bf16(v) : v;
-      }
+  store_tile<16>(ta, a.rows, total, h, w, g, t);
 }
 
 // The per-device scratch buffers of the converted tiles (slot 0: lin8, 1: dense). They only grow,
@@ -288,11 +237,6 @@ void launch_tiles(const uint8_t* src, const float* xs, int64_t valid, int64_t in
 }
 
 }  // namespace
-
-bool lin8_bulk_enabled() {
-  static const bool on = env_switch_on("DSV4_LIN8_BULK");
-  return on;
-}
 
 bool launch_bulk_lin8(const Args& a0, cudaStream_t s) {
   Args a = a0;

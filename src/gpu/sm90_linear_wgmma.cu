@@ -91,7 +91,7 @@ __device__ __forceinline__ void convert_row(const uint8_t* raw, uint8_t* tile, i
     uint32_t o[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) o[i] = e4m3x2_to_f16x2(wd[8 * i + (C >> 1)] >> (16 * (C & 1)));
-    uint8_t* dst = tile + ((C >> 3) * R + p) * 128 + (((C & 7) ^ (p & 7)) << 4);
+    uint8_t* dst = tile + sw128_chunk_offset(R, p, C);
     *reinterpret_cast<uint4*>(dst) = make_uint4(o[0], o[1], o[2], o[3]);
   }
 }
@@ -198,18 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_lin8_kernel(Args a) {
 #pragma unroll
     for (int i = 0; i < 48; ++i) total[i] = total[i] + acc[i];
 
-#pragma unroll
-  for (int j = 0; j < 12; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int c2 = 0; c2 < 2; ++c2) {
-        const int64_t o = ta.o0 + 64 * h + 16 * w + g + 8 * r;
-        const int64_t row = ta.n0 + 8 * j + 2 * t + c2;
-        if (o >= ta.o_end || row >= a.rows) continue;
-        const float v = total[4 * j + 2 * r + c2];
-        ta.y[row * ta.out + o] = ta.round ? round_bf16(v) : v;
-      }
+  store_tile<12>(ta, a.rows, total, h, w, g, t);
 }
 
 }  // namespace

@@ -1,13 +1,14 @@
-// Device helpers of the warp-specialized warpgroup-MMA linears (sm90_linear_wgmma.cu: lin8,
-// sm90_dense_wgmma.cu: the bf16 dense path): shared-memory descriptors, wgmma fences, mbarriers,
-// cp.async, and the chains' block order of linear_mma.h's numerics. sm_90a only.
+// Device helpers of the warpgroup-MMA linears (sm90_linear_wgmma.cu: lin8 with a producer
+// warpgroup; sm90_lin8_bulk.cu, sm90_dense_bulk.cu: lin8 and bf16 dense on bulk-copied tiles):
+// shared-memory descriptors and layout, wgmma fences and operand lists, mbarriers, cp.async and
+// bulk copies, the chains' block order of linear_mma.h's numerics, the tile store. sm_90a only.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "gpu/cuda_check.h"
-
+#include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
 
 namespace dsv4::gpu::mma::detail::wgmma {
@@ -26,6 +27,26 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
   return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
+
+// Byte offset, in a 128-byte-swizzled tile of R rows × 256 bytes (two atoms: bytes 0..127 and
+// 128..255 of every row), of row p's 16-byte chunk C (0..15): atom C / 8, chunk (C % 8) ^ (p & 7).
+__device__ __forceinline__ int sw128_chunk_offset(int R, int p, int C) {
+  return ((C >> 3) * R + p) * 128 + (((C & 7) ^ (p & 7)) << 4);
+}
+
+// The accumulator operands of an m64n128 wgmma (64 fp32 registers of d): the register list of
+// the instruction text and the constraint list, e.g. DSV4_WGMMA_D64("+f").
+#define DSV4_WGMMA_D64_REGS                                                                                        \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
+  "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,"  \
+  "%57,%58,%59,%60,%61,%62,%63}"
+#define DSV4_WGMMA_D64(C)                                                                                          \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),     \
+      C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), \
+      C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), \
+      C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), \
+      C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), \
+      C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -113,4 +134,25 @@ __device__ __forceinline__ void bulk_stage_release(int* released, int s, int n, 
   }
 }
 
+// The tile's outputs from a warpgroup's accumulators (d[4j + 2r + c]: output 64h + 16w + g + 8r
+// of the tile, row 8j + 2t + c; w the warp in the warpgroup): float(total), then the optional
+// bf16 rounding and post_scale (the staged kernel's epilogue; lin8 calls have no post_scale).
+template <int NJ, class T>
+__device__ __forceinline__ void store_tile(const TileArgs& ta, int64_t rows, const T (&total)[4 * NJ], int h, int w,
+                                           int g, int t) {
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t o = ta.o0 + 64 * h + 16 * w + g + 8 * r;
+        const int64_t row = ta.n0 + 8 * j + 2 * t + c;
+        if (o >= ta.o_end || row >= rows) continue;
+        float v = float(total[4 * j + 2 * r + c]);
+        if (ta.round) v = round_bf16(v);
+        if (ta.post_scale != 0.0f) v = round_bf16(v * ta.post_scale);
+        ta.y[row * ta.out + o] = v;
+      }
+}
 }  // namespace dsv4::gpu::mma::detail::wgmma
