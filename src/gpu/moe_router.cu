@@ -16,7 +16,8 @@
 //
 // Kernel 1 (partials): grid (chunks, ceil(E / 32), ceil(n / 8)); a CTA stages its ≤ 8 x rows of
 // the chunk in shared memory (float4 per lane: conflict-free), warp w owns experts e0 + 4w .. +3,
-// lane l runs slot l, and lanes 0..3 add the 32 slot values of their expert in order.
+// lane l runs slot l; after kTailRows rows, lane 4·rr + ei adds the 32 slot values of row rr's
+// expert ei in order.
 // From kWideMinRows rows (prefill), moe_router_wide.cuh's kernel computes whole logits with FP64
 // tensor-core MMAs in the same arithmetic and writes them as one chunk.
 // Kernel 2 (route): one CTA per row; a thread per expert adds its chunk partials (loads issued
@@ -39,6 +40,9 @@ namespace {
 constexpr int kChunk = 512, kRows = 8, kWarps = 8, kThreads = kWarps * 32, kExpertsPerWarp = 4;
 constexpr int kExpertsPerCta = kWarps * kExpertsPerWarp;
 constexpr int kMaxE = 1024, kMaxK = 16;  // kMaxK ≤ 32: one lane per choice
+// Rows whose slot values a warp parks before adding them: lane 4·rr + ei adds row rr's expert
+// ei, so the slot-order sums (31 dependent double adds) of kTailRows rows run side by side.
+constexpr int kTailRows = 4;
 
 // The 4 gate values of expert row `wrow` at k .. k + 3 (zero when !valid), as doubles (exact).
 template <bool kBf16>
@@ -64,7 +68,9 @@ __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* 
                                                                    const void* __restrict__ gate, int E, int groups,
                                                                    double* __restrict__ partials) {
   __shared__ float4 xs[kRows][kChunk / 4];
-  __shared__ double slot_vals[kWarps][kExpertsPerWarp][33];  // [expert][slot], padded: lanes 0..3 read apart
+  // Slot l of (row rr, expert ei) = sum i = kExpertsPerWarp·rr + ei at [i][(l + i) % 32]: the
+  // adding lanes read 16 different banks pairs, the writing lanes consecutive doubles.
+  __shared__ double slot_vals[kWarps][kTailRows * kExpertsPerWarp][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t c = blockIdx.x, k0 = c * kChunk;
   const int e0 = blockIdx.y * kExpertsPerCta + warp * kExpertsPerWarp;
@@ -106,30 +112,38 @@ __global__ void __launch_bounds__(kThreads) router_partials_kernel(const float* 
     }
     __syncthreads();
 #pragma unroll 1
-    for (int r = 0; r < rg; ++r) {
-      double acc[kExpertsPerWarp];
+    for (int rb = 0; rb < rg; rb += kTailRows) {
+      const int nr = min(kTailRows, rg - rb);
+#pragma unroll 1
+      for (int rr = 0; rr < nr; ++rr) {
+        double acc[kExpertsPerWarp];
 #pragma unroll
-      for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = 0.0;
+        for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = 0.0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 xq = xs[r][32 * j + lane];
-        const double xd[4] = {xq.x, xq.y, xq.z, xq.w};
+        for (int j = 0; j < 4; ++j) {
+          const float4 xq = xs[rb + rr][32 * j + lane];
+          const double xd[4] = {xq.x, xq.y, xq.z, xq.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+          for (int i = 0; i < 4; ++i)
 #pragma unroll
-          for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = __fma_rn(xd[i], w[ei][4 * j + i], acc[ei]);
+            for (int ei = 0; ei < kExpertsPerWarp; ++ei) acc[ei] = __fma_rn(xd[i], w[ei][4 * j + i], acc[ei]);
+        }
+#pragma unroll
+        for (int ei = 0; ei < kExpertsPerWarp; ++ei) {
+          const int i = kExpertsPerWarp * rr + ei;
+          slot_vals[warp][i][(lane + i) & 31] = acc[ei];
+        }
       }
-#pragma unroll
-      for (int ei = 0; ei < kExpertsPerWarp; ++ei) slot_vals[warp][ei][lane] = acc[ei];
       __syncwarp();
-      if (lane < kExpertsPerWarp && e0 + lane < E) {
+      const int rr = lane / kExpertsPerWarp, ei = lane % kExpertsPerWarp;
+      if (rr < nr && e0 + ei < E) {
         const double* sv = slot_vals[warp][lane];
-        double v = sv[0];
+        double v = sv[lane & 31];
 #pragma unroll
-        for (int l = 1; l < 32; ++l) v += sv[l];
-        partials[(c * n + r0 + r) * E + e0 + lane] = v;
+        for (int l = 1; l < 32; ++l) v += sv[(l + lane) & 31];
+        partials[(c * n + r0 + rb + rr) * E + e0 + ei] = v;
       }
-      __syncwarp();  // the next row's slot values overwrite these
+      __syncwarp();  // the next rows' slot values overwrite these
     }
   }
 }
