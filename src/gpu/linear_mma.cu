@@ -474,6 +474,16 @@ bool dense_bulk_enabled() {
   return on;
 }
 
+// Mid-size calls take the bulk forms too where they launch enough 128 × 128 tiles (same bits):
+// lin8 from kBulkLin8MinRows rows and kBulkLin8MinCtas tiles, bf16 dense from kBulkDenseMinRows
+// and kBulkDenseMinCtas. Rule from H200 gpu_linear_bench (docs/prefill.md, seventeenth session):
+// lin8 wq_b 16384 × 1024 / wo_b 4096 × 4096 at 512 rows 156.7 / 135.1 → 122.2 / 102.1 µs, at 256
+// rows the staged kernel stays ahead (80.8 / 69.6 vs 88.0 / 95.2); dense wo_a grouped 4 × 1024 ×
+// 4096 at 128 rows 91.4 → 74.7, compressor 1024 × 4096 at 512 rows 90.3 → 52.6 but at 256 rows
+// (16 tiles) 46.6 vs 51.3.
+constexpr int64_t kBulkLin8MinRows = 512, kBulkLin8MinCtas = 128, kBulkDenseMinRows = 128, kBulkDenseMinCtas = 32;
+int64_t bulk_ctas(const Args& a) { return output_tile_rows(a, 128) * ceil_tiles(a.rows, 128); }
+
 // The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 // Forced tiles (tests, benchmarks): 0 .. kNumTiles − 1 the register-fed tiles, kNumTiles the
 // staged kernel, kNumTiles + 1 the warpgroup-MMA lin8, kNumTiles + 2 the bulk-copy forms (lin8
@@ -491,6 +501,14 @@ bool dispatch(const Args& a, cudaStream_t s) {
     if (g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) return true;
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && tile_fits(kTiles[g_forced_tile], a))
     return launch_tile<WT>(g_forced_tile, a, s);
+  if constexpr (WT == Wt::kFp8)
+    if (a.rows >= kBulkLin8MinRows && a.rows < kWgmmaMinRows && bulk_ctas(a) >= kBulkLin8MinCtas &&
+        lin8_wgmma_enabled() && lin8_bulk_enabled() && launch_bulk_lin8(a, s))
+      return true;
+  if constexpr (WT == Wt::kBf16)
+    if (a.rows >= kBulkDenseMinRows && a.rows < kWgmmaMinRows && bulk_ctas(a) >= kBulkDenseMinCtas &&
+        dense_bulk_enabled() && launch_bulk_dense(a, s))
+      return true;
   if constexpr (kStaged)
     if (a.rows >= staged_min_rows() && staged_ctas(a) >= kStagedMinCtas) {
       if constexpr (WT == Wt::kFp8)
