@@ -6,7 +6,7 @@
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
-// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..l = 0..11 with PDL; ":" and ";" = 10, 11]
+// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..m = 0..12 with PDL; ":" ";" "<" = 10, 11, 12]
 // DSV4_BENCH_T (e.g. "1,8"; also 512 … 8192, which run only when named) and
 // DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick a subset of the table.
 #include <cuda_runtime.h>
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   // T > 256 (prefill-sized calls) only when DSV4_BENCH_T names them; the workspace holds the
   // largest named one.
   int Tmax = 2048;
-  for (int T : {4096, 8192})
+  for (int T : {3072, 4096, 8192})
     if (named("DSV4_BENCH_T") && picked("DSV4_BENCH_T", T)) Tmax = T;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
     for (int kind = 0; kind < 4; ++kind) {
       if (!picked("DSV4_BENCH_KINDS", kind)) continue;
-      for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
+      for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 8192}) {
         if (kind >= 2 && T != 1 && T != 8 && T != 64 && T < 1024) continue;
         if (!picked("DSV4_BENCH_T", T) || (T > 256 && !named("DSV4_BENCH_T"))) continue;
         // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.

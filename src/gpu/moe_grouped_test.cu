@@ -182,8 +182,8 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   a.out = out.get();
   // Pipelines 0 (default) and 1, each twice, then 0, 1 and 4 (16 warps × 2 stages) plain and
   // under programmatic dependent launch (on a non-default stream, two forwards back to back),
-  // 7 (8 warps × 4 stages; 0 picks 4 or 7 by T), 8 (7 with chunks of 32 tokens) and 9 (the wide
-  // kernels, chunks of 128 tokens): the arrival counters
+  // 7 (8 warps × 4 stages; 0 picks 4 or 7 by T), 8 (7 with chunks of 32 tokens), 9 (the wide
+  // kernels, chunks of 128 tokens) and 12 (the wide kernels, chunks of 64): the arrival counters
   // must reset themselves, and every run must give the same bits whatever the CTA shape, copy
   // kind or launch mode (each output column runs the same math).
   struct Run {
@@ -192,7 +192,7 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   };
   const Run runs[] = {{0, false}, {0, false}, {1, false}, {1, false}, {0, true},
                       {1, true},  {4, false}, {4, true},  {7, false}, {8, false},
-                      {8, true},  {9, false}, {9, true}};
+                      {8, true},  {9, false}, {9, true}, {12, false}, {12, true}};
   std::vector<float> first;
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -264,7 +264,8 @@ TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
   EXPECT_THROW(moe_grouped_set_pipeline(6), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(10), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(11), dsv4::Error);
-  EXPECT_THROW(moe_grouped_set_pipeline(12, true), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(13, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(12));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(9));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(8));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(7));

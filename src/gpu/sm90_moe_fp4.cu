@@ -42,27 +42,27 @@ void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
              kS.smem(), stream, p);
 }
 
-template <int kDiag>
+template <int kDiag, int NW = moe4::kWideN>
 void set_wide_smem_attr() {
   using namespace moe4;
-  for (const void* f : {reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiag>),
-                        reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiag>),
-                        reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiag>),
-                        reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiag>)})
+  for (const void* f : {reinterpret_cast<const void*>(moe_wide_kernel<true, true, kDiag, NW>),
+                        reinterpret_cast<const void*>(moe_wide_kernel<true, false, kDiag, NW>),
+                        reinterpret_cast<const void*>(moe_wide_kernel<false, true, kDiag, NW>),
+                        reinterpret_cast<const void*>(moe_wide_kernel<false, false, kDiag, NW>)})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem));
 }
 
-// The wide kernels (chunks of kWideN tokens): per phase the shared expert's chunks, then the
-// routed ones.
-template <int kDiag>
+// The wide kernels (chunks of NW tokens): per phase the shared expert's chunks, then the routed
+// ones.
+template <int kDiag, int NW = moe4::kWideN>
 void launch_wide(const moe4::Params& p, int grid, cudaStream_t stream) {
-  const int shared_items = p.has_shared ? moe4::shared_chunks(p.T, moe4::kWideN) / 2 : 0;
+  const int shared_items = p.has_shared ? moe4::shared_chunks(p.T, NW) / 2 : 0;
   for (const bool up : {true, false}) {
     const int sgrid = std::min(grid, shared_items * (up ? p.I / 64 : p.D / 128));
     if (sgrid > 0)
-      launch_pdl(up ? moe4::moe_wide_kernel<true, true, kDiag> : moe4::moe_wide_kernel<false, true, kDiag>,
+      launch_pdl(up ? moe4::moe_wide_kernel<true, true, kDiag, NW> : moe4::moe_wide_kernel<false, true, kDiag, NW>,
                  dim3(sgrid), dim3(256), moe4::kWideSmem, stream, p);
-    launch_pdl(up ? moe4::moe_wide_kernel<true, false, kDiag> : moe4::moe_wide_kernel<false, false, kDiag>,
+    launch_pdl(up ? moe4::moe_wide_kernel<true, false, kDiag, NW> : moe4::moe_wide_kernel<false, false, kDiag, NW>,
                dim3(grid), dim3(256), moe4::kWideSmem, stream, p);
   }
 }
@@ -88,6 +88,7 @@ int sm_count() {
     set_wide_smem_attr<kDiagNone>();
     set_wide_smem_attr<kDiagLoadOnly>();
     set_wide_smem_attr<kDiagMathOnly>();
+    set_wide_smem_attr<kDiagNone, kWideN / 2>();
   });
   return counts[dev];
 }
@@ -206,8 +207,8 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
 }
 
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
-  DSV4_CHECK(variant >= 0 && variant <= 11, "grouped MoE: unknown pipeline variant ", variant);
-  const bool diagnostic = variant == 2 || variant == 3 || variant == 5 || variant == 6 || variant >= 10;
+  DSV4_CHECK(variant >= 0 && variant <= 12, "grouped MoE: unknown pipeline variant ", variant);
+  const bool diagnostic = variant == 2 || variant == 3 || variant == 5 || variant == 6 || variant == 10 || variant == 11;
   DSV4_CHECK(!diagnostic || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
              " is a diagnostic (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
@@ -257,15 +258,19 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // conversion per 32 of an expert's tokens, bit-identical: H200, Flash shapes, T = 1024 / 2048:
   // −15 % / −11 %; slower up to 512). From 4096: the wide kernels, chunks of 128 tokens
   // (variant 9, sm90_moe_wide.cuh; H200, T = 4096 / 8192: −37 % / −36 % against variant 8; equal
-  // at 2048, where an expert's ~48 tokens fill 3/8 of a chunk).
+  // at 2048, where an expert's ~48 tokens fill 3/8 of a chunk). From 1536 to 3071: the wide
+  // kernels with chunks of 64 tokens (variant 12, one column half; H200, T = 2048: 5016 → 3414 µs
+  // against variant 9, 5087 for variant 8; at 1024 variant 8 stays ahead, 2627 vs 2960).
   int variant = g_pipeline.load(std::memory_order_relaxed);
-  if (variant == 0) variant = p.T >= 4096 ? 9 : p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
-  p.chunk_tokens = variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
+  if (variant == 0)
+    variant = p.T >= 3072 ? 9 : p.T >= 1536 ? 12 : p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
+  p.chunk_tokens = variant == 12 ? moe4::kWideN / 2 : variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
   launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   switch (variant) {
     case 9: launch_wide<moe4::kDiagNone>(p, grid, stream); break;
     case 10: launch_wide<moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 11: launch_wide<moe4::kDiagMathOnly>(p, grid, stream); break;
+    case 12: launch_wide<moe4::kDiagNone, moe4::kWideN / 2>(p, grid, stream); break;
     case 1: launch_gemms<moe4::kShape12x3, moe4::kDiagNone>(p, grid, stream); break;
     case 2: launch_gemms<moe4::kShape8x4, moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 3: launch_gemms<moe4::kShape12x3, moe4::kDiagLoadOnly>(p, grid, stream); break;

@@ -1,5 +1,6 @@
 // Grouped W4A8 MoE on sm_90a, device side: the gemm phases (1: gate+up, 2: down) for large
-// calls (prefill), with chunks of up to kWideN = 128 tokens. Same per-element arithmetic as
+// calls (prefill), with chunks of up to NW = kWideN = 128 tokens (or NW = 64: one column half,
+// for calls whose experts get ~40–60 tokens; the template parameter of the kernels). Same per-element arithmetic as
 // moe_item (sm90_moe_fp4.cuh) — so the same bits whatever the chunk size — but one weight pass
 // and one FP4 → e4m3 conversion per 128 of an expert's tokens, and two m64n64k32 wgmmas (the
 // 128 slots' column halves) per 32-K block and wait (4× the work of the 32-token chunks).
@@ -30,7 +31,7 @@
 
 namespace dsv4::gpu::moe4 {
 
-constexpr int kWideN = 128;
+constexpr int kWideN = 128;  // the most tokens of a chunk (NW = 128 or 64: the kernels' template)
 constexpr int kWideStages = 3;
 constexpr int kWideAct = kWideN * 256;                 // activations of one stage
 constexpr int kWideScales = kWideN * 16;               // 4 floats per slot
@@ -58,7 +59,7 @@ __device__ __forceinline__ void wgmma_e4m3_n64(float (&d)[32], const uint32_t (&
 }
 
 // Shared-memory descriptor of a stage's activations in the 128-byte-swizzled K-major layout:
-// K-half hk (128 K) of slot n is the 128-byte row at hk·kWideN·128 + n·128, its 16-byte granule
+// K-half hk (128 K) of slot n is the 128-byte row at hk·NW·128 + n·128, its 16-byte granule
 // c stored at granule c ^ (n & 7) (so a warp's copy of whole rows writes whole 128-byte lines,
 // and the global reads are contiguous rows); 8-row groups 1024 B apart (stride byte offset).
 // The stage base must be 1024-byte aligned.
@@ -67,11 +68,13 @@ __device__ __forceinline__ uint64_t b_desc_sw128(uint32_t saddr) {
 }
 // Descriptor offset (16-byte units) of 32-K block kb (0..7) of the stage and of column half
 // `half` (slots 64·half ..): within a K-half the start address moves by 32 bytes per block.
+template <int NW>
 __device__ __forceinline__ uint64_t b_off(int kb, int half) {
-  return uint64_t((kb >> 2) * (kWideN * 128 / 16) + (kb & 3) * 2 + half * (64 * 128 / 16));
+  return uint64_t((kb >> 2) * (NW * 128 / 16) + (kb & 3) * 2 + half * (64 * 128 / 16));
 }
 // Byte offset of granule c (0..7) of K-half hk of slot n in the swizzled stage layout.
-__device__ __forceinline__ int act_sw_offset(int n, int hk, int c) { return hk * kWideN * 128 + n * 128 + ((c ^ (n & 7)) << 4); }
+template <int NW>
+__device__ __forceinline__ int act_sw_offset(int n, int hk, int c) { return hk * NW * 128 + n * 128 + ((c ^ (n & 7)) << 4); }
 
 // Where warp (h, w) of an item reads its weights: stage s of its 16 rows is the 2 KB block
 // wa + s·stride (FP4; FP8: 2 KB at wa + s·stride and 2 KB at wb + s·stride), FP4 row scales
@@ -139,18 +142,20 @@ __device__ __forceinline__ void wide_fma_fp4(float (&acc)[64], const float (&d)[
 // FP4 accumulator rescale factors at a 128-K block edge: column slot 8j + 2t + c's
 // s_x(old) / s_x(new) (exact powers of two; moe_item's scale_cols) into r[2j + c], old / new =
 // floats io, io + 1 of the slot's record.
+template <int NW>
 __device__ __forceinline__ void wide_ratios(float (&r)[32], const float* scales, int t, int io) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < NW / 8; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const float* f = scales + (8 * j + 2 * t + c) * 4 + io;
       r[2 * j + c] = pow2_ratio(f[0], f[1]);
     }
 }
+template <int NW>
 __device__ __forceinline__ void wide_rescale(float (&acc)[64], const float (&r)[32]) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < NW / 8; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       acc[4 * j + c] *= r[2 * j + c];
@@ -160,7 +165,7 @@ __device__ __forceinline__ void wide_rescale(float (&acc)[64], const float (&r)[
 
 // One 256-K stage of a warp's m-tile: W the warp's ring slot, act the stage's activations
 // (scales after them), s the stage's index, last: the item's last stage (FP4: acc ← acc·S).
-template <bool kFp8>
+template <bool kFp8, int NW>
 __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act, const WideWarp& ww, int s, bool last,
                                            int lane, float (&acc)[64]) {
   const int g = lane >> 2, t = lane & 3;
@@ -174,8 +179,8 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     // wgmmas run meanwhile).
     if (s > 0) {
       float r[32];
-      wide_ratios(r, scales, t, 1);
-      wide_rescale(acc, r);
+      wide_ratios<NW>(r, scales, t, 1);
+      wide_rescale<NW>(acc, r);
     }
     // Block kb's FP4 weight words (rows g, g + 8), loaded one block ahead.
     auto wload = [&](int kb, uint32_t& w0, uint32_t& w1) {
@@ -189,23 +194,23 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     for (int kb = 0; kb < 8; ++kb) {
       if (kb == 4) {
         float r[32];
-        wide_ratios(r, scales, t, 2);
-        wide_rescale(acc, r);
+        wide_ratios<NW>(r, scales, t, 2);
+        wide_rescale<NW>(acc, r);
       }
       const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
       float d0[32], d1[32];
       wg_fence();
-      wgmma_e4m3_n64(d0, a, desc + b_off(kb, 0));
-      wgmma_e4m3_n64(d1, a, desc + b_off(kb, 1));
+      wgmma_e4m3_n64(d0, a, desc + b_off<NW>(kb, 0));
+      if constexpr (NW == 128) wgmma_e4m3_n64(d1, a, desc + b_off<NW>(kb, 1));
       wg_commit();
       if (kb < 7) wload(kb + 1, w0, w1);
       wg_wait0();
       wide_fma_fp4(acc, d0, 0, kb, sr0, sr1);
-      wide_fma_fp4(acc, d1, 1, kb, sr0, sr1);
+      if constexpr (NW == 128) wide_fma_fp4(acc, d1, 1, kb, sr0, sr1);
     }
     if (last) {  // u → acc = u·2⁶·s_x of the last block
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < NW / 8; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const float m = scales[(8 * j + 2 * t + c) * 4 + 3] * 64.0f;
@@ -215,7 +220,7 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     }
   } else {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {  // slots 64·half .. +63
+    for (int half = 0; half < NW / 64; ++half) {  // slots 64·half .. +63
 #pragma unroll 1
       for (int hb = 0; hb < 2; ++hb) {  // 128-K blocks: 4 fresh partials summed in K order, then scaled
         // Two wgmmas per wait: partials 0, 1 into ds, d; then 2, 3 into d, d2.
@@ -232,15 +237,15 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
           a[kq][3] = prmt(v1.x, v1.y, 0x7531);
         }
         wg_fence();
-        wgmma_e4m3_n64(ds, a[0], desc + b_off(4 * hb, half));
-        wgmma_e4m3_n64(d, a[1], desc + b_off(4 * hb + 1, half));
+        wgmma_e4m3_n64(ds, a[0], desc + b_off<NW>(4 * hb, half));
+        wgmma_e4m3_n64(d, a[1], desc + b_off<NW>(4 * hb + 1, half));
         wg_commit();
         wg_wait0();
 #pragma unroll
         for (int i = 0; i < 32; ++i) ds[i] += d[i];
         wg_fence();
-        wgmma_e4m3_n64(d, a[2], desc + b_off(4 * hb + 2, half));
-        wgmma_e4m3_n64(d2, a[3], desc + b_off(4 * hb + 3, half));
+        wgmma_e4m3_n64(d, a[2], desc + b_off<NW>(4 * hb + 2, half));
+        wgmma_e4m3_n64(d2, a[3], desc + b_off<NW>(4 * hb + 3, half));
         wg_commit();
         wg_wait0();
 #pragma unroll
@@ -297,7 +302,7 @@ __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int 
 // Stage s of item `it` into ring slot st (one cp.async commit group per call, empty if there
 // is no such stage). Activations: unit u = tid + 256·i is granule u % 8 of K-half (u / 8) % 2
 // of slot u / 16, so a warp reads two slots' 256 contiguous bytes.
-template <bool kUp, bool kFp8, int kDiag>
+template <bool kUp, bool kFp8, int kDiag, int NW>
 __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, int s, uint8_t* st, const int* rows) {
   const int K = kUp ? p.D : p.I, nst = K / 256;
   if (it.valid && s < nst && kDiag != kDiagMathOnly) {
@@ -305,9 +310,9 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
     const int c8 = tid & 7, hk = (tid >> 3) & 1, n0 = tid >> 4;
     const uint8_t* abase = kUp ? p.xq : p.hq;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < NW / 16; ++i) {
       const int ni = n0 + 16 * i, r = rows[it.rb * kWideN + ni];
-      if (r >= 0) cp16(st + act_sw_offset(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
+      if (r >= 0) cp16(st + act_sw_offset<NW>(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
     }
     if (tid < it.ch.n) {
       float* sc = reinterpret_cast<float*>(st + kWideAct) + tid * 4;
@@ -331,7 +336,7 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
 // The epilogue of item `it` (acc: this warp's m-tile sums; xbuf: 64 KB of free shared memory;
 // arrive_word: a shared word). gate+up: SwiGLU → h, and the second of the two items of a
 // 128-wide I block Q8-quantizes it; down: y.
-template <bool kUp, bool kFp8>
+template <bool kUp, bool kFp8, int NW>
 __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& it, const float (&acc)[64],
                                               float* xbuf, unsigned* arrive_word) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, h = warp >> 2, w = warp & 3;
@@ -341,11 +346,11 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
     // Both warpgroups park their sums (gate: h = 0, up: h = 1) in shared memory; warpgroup h
     // then forms the h values of rows g + 8h of the 16 (the other row half from the other's).
 #pragma unroll
-    for (int i = 0; i < 64; ++i) xbuf[((h * 4 + w) * 64 + i) * 32 + lane] = acc[i];
+    for (int i = 0; i < NW / 2; ++i) xbuf[((h * 4 + w) * 64 + i) * 32 + lane] = acc[i];
     __syncthreads();
     const float* other = xbuf + (((1 - h) * 4 + w) * 64) * 32 + lane;
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < NW / 8; ++j)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int i = 8 * j + 2 * t + c;
@@ -365,7 +370,7 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
       __threadfence();
       // This warp's tokens warp, warp + 8, …, 8 loads in flight at once.
 #pragma unroll 1
-      for (int k0 = 0; k0 < kWideN / 8; k0 += 8) {
+      for (int k0 = 0; k0 < NW / 8; k0 += 8) {
         float4 v[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
@@ -386,7 +391,7 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
     __syncthreads();  // the arrival word is read before the next item's tid 0 rewrites it
   } else {
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < NW / 8; ++j)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int i = 8 * j + 2 * t + c;
@@ -409,7 +414,7 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
 // item's mainloop ends, the next item's chunk is read and its first stages issued before this
 // item's epilogue, which uses the slot of its own last stage (the other two hold the next
 // item's first stages).
-template <bool kUp, bool kFp8, int kDiag = kDiagNone>
+template <bool kUp, bool kFp8, int kDiag = kDiagNone, int NW = kWideN>
 __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -418,7 +423,7 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   pdl_wait();
   pdl_trigger();
   const int groups = kUp ? p.I / 64 : p.D / 128;
-  const int nsc = p.has_shared ? shared_chunks(p.T, kWideN) : 0;
+  const int nsc = p.has_shared ? shared_chunks(p.T, NW) : 0;
   const int total = (kFp8 ? nsc / 2 : *p.num_chunks - nsc) * groups;
   const int nst = (kUp ? p.D : p.I) / 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -427,7 +432,7 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   WideItem cur = wide_prepare<kUp, kFp8>(p, item, total, groups, nsc, rows, 0);
   __syncthreads();
 #pragma unroll
-  for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag>(p, cur, s, slot(gs + s), rows);
+  for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s, slot(gs + s), rows);
   while (cur.valid) {
     float acc[64];
 #pragma unroll
@@ -436,10 +441,10 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
       cp_wait<kWideStages - 2>();
       fence_proxy_async();
       __syncthreads();  // stage s landed for every thread; every warp is done with stage s − 1
-      wide_issue<kUp, kFp8, kDiag>(p, cur, s + kWideStages - 1, slot(gs + s + kWideStages - 1), rows);
+      wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s + kWideStages - 1, slot(gs + s + kWideStages - 1), rows);
       const uint8_t* st = slot(gs + s);
       if constexpr (kDiag != kDiagLoadOnly)
-        wide_stage<kFp8>(st + kWideAct + kWideScales + warp * kWideWarp, st, cur.ww, s, s == nst - 1, lane, acc);
+        wide_stage<kFp8, NW>(st + kWideAct + kWideScales + warp * kWideWarp, st, cur.ww, s, s == nst - 1, lane, acc);
     }
     cp_wait<0>();
     __syncthreads();  // the ring is free
@@ -449,8 +454,8 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
     const WideItem next = wide_prepare<kUp, kFp8>(p, item, total, groups, nsc, rows, cur.rb ^ 1);
     __syncthreads();  // next's rows
 #pragma unroll
-    for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag>(p, next, s, slot(gs + s), rows);
-    wide_epilogue<kUp, kFp8>(p, cur, acc, xbuf, arrive_word);
+    for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, next, s, slot(gs + s), rows);
+    wide_epilogue<kUp, kFp8, NW>(p, cur, acc, xbuf, arrive_word);
     cur = next;
   }
 }
