@@ -39,16 +39,6 @@ constexpr int kStages = 2;
 constexpr int kSmem = 1024 + kStages * kStageBytes + 64;
 static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
 
-// d += A(64 × 16 bf16 at adesc) · B(16 × 128 bf16 at bdesc)ᵀ. d[4j + 2r + c]: A row
-// 16·(warp % 4) + g + 8r, B row 8j + 2t + c.
-__device__ __forceinline__ void wgmma_bf16_n128(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DSV4_WGMMA_D64_REGS
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : DSV4_WGMMA_D64("+f")
-               : "l"(adesc), "l"(bdesc));
-}
-
 // Weight rows [0, tiles·128) of w (bf16 [valid, in]) into tiles: tile T, block kb at
 // dst + (T·kblocks + kb)·kTileBytes. Item (row, block, chunk C): chunk C = 8η + C' holds words
 // (pairs) at physical k 32i + 16η + 2C', i = 0..3. Rows ≥ valid are zeros.
@@ -133,11 +123,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lo) bulk_copy(st + 2 * kTileBytes, lop + (xt0 + kb) * kTileBytes, kTileBytes, full + s);
   };
   bulk_ring_init<kStages>(full, released);
-  __syncthreads();
-  pdl_wait();
-  pdl_trigger();
-  if (threadIdx.x == 0)
-    for (int n = 0; n < kStages && n < kblocks; ++n) fetch(n);
+  bulk_ring_start<kStages>(kblocks, fetch);
 
   // ---- warpgroup h: outputs [64h, +64) × the 128 rows ----
   const int h = warp >> 2, w = warp & 3;
@@ -160,14 +146,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int k = 0; k < 8; ++k) {
         const uint32_t koff = (k >> 2) * (kTile * 128) + (k & 3) * 32;
         const uint64_t adesc = sw128_desc(wt + h * 64 * 128 + koff);
-        wgmma_bf16_n128(acc, adesc, sw128_desc(xh + koff));
-        wgmma_bf16_n128(acc, adesc, sw128_desc(xl + koff));
+        wgmma_ss_n128<true, true>(acc, adesc, sw128_desc(xh + koff));
+        wgmma_ss_n128<true, true>(acc, adesc, sw128_desc(xl + koff));
       }
     } else {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const uint32_t koff = (k >> 2) * (kTile * 128) + (k & 3) * 32;
-        wgmma_bf16_n128(acc, sw128_desc(wt + h * 64 * 128 + koff), sw128_desc(xh + koff));
+        wgmma_ss_n128<true, true>(acc, sw128_desc(wt + h * 64 * 128 + koff), sw128_desc(xh + koff));
       }
     }
     wg_commit();

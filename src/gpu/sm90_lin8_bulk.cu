@@ -52,24 +52,6 @@ constexpr int kMaxKBlocks = 512;  // in ≤ 65536 (the weight scales staged in s
 constexpr int kSmem = 1024 + kStages * kStageBytes + 64 + kMaxKBlocks * 4;
 static_assert(kSmem <= 232448, "over the sm_90 shared-memory limit");
 
-// d = A(64 × 16 f16 at adesc) · B(16 × 128 f16 at bdesc)ᵀ (fresh: the compiler sees d written,
-// not read) and d += the same (accumulate). d[4j + 2r + c]: A row 16·(warp % 4) + g + 8r, B row
-// 8j + 2t + c.
-__device__ __forceinline__ void wgmma_f16_n128_fresh(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_D64_REGS
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : DSV4_WGMMA_D64("=f")
-               : "l"(adesc), "l"(bdesc));
-}
-__device__ __forceinline__ void wgmma_f16_n128_acc(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_D64_REGS
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : DSV4_WGMMA_D64("+f")
-               : "l"(adesc), "l"(bdesc));
-}
-
 // Conversion pass: rows [0, tiles·128) of a matrix of e4m3 codes (src [valid, in], row stride
 // in) into f16 tiles — tile T, block kb at dst + (T·kblocks + kb)·kTileBytes, row p's 16-byte
 // chunk C (logical pairs 4C .. 4C + 3: for i = 0..3 the pair at physical k 32i + 4·(C / 2) +
@@ -136,11 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t srow = (ta.o0 / 128) * kblocks;
     for (int i = threadIdx.x; i < kblocks; i += kThreads) sw_all[i] = e8m0_to_float(__ldg(ta.ws + srow + i));
   }
-  __syncthreads();
-  pdl_wait();
-  pdl_trigger();
-  if (threadIdx.x == 0)
-    for (int n = 0; n < kStages && n < kblocks; ++n) fetch(n);
+  bulk_ring_start<kStages>(kblocks, fetch);
 
   // ---- consumers: warpgroup h, outputs [64h, +64) ----
   const int h = warp >> 2, w = warp & 3;
@@ -162,8 +140,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t koff = (k & 3) * 32;
       const uint64_t adesc = sw128_desc(wt + (k >> 2) * (kTile * 128) + h * 64 * 128 + koff);
       const uint64_t bdesc = sw128_desc(xt + (k >> 2) * (kTile * 128) + koff);
-      if (k == 0) wgmma_f16_n128_fresh(part, adesc, bdesc);
-      else wgmma_f16_n128_acc(part, adesc, bdesc);
+      if (k == 0) wgmma_ss_n128<false, false>(part, adesc, bdesc);
+      else wgmma_ss_n128<false, true>(part, adesc, bdesc);
     }
     wg_commit();
     wg_wait0();

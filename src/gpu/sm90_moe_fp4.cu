@@ -88,7 +88,7 @@ int sm_count() {
     set_wide_smem_attr<kDiagNone>();
     set_wide_smem_attr<kDiagLoadOnly>();
     set_wide_smem_attr<kDiagMathOnly>();
-    set_wide_smem_attr<kDiagNone, kWideN / 2>();
+    set_wide_smem_attr<kDiagNone, kWideHalfN>();
   });
   return counts[dev];
 }
@@ -256,21 +256,21 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // 8 × 4), 8 × 4 below (equal at T=1, better on the shared expert alone; docs/moe-grouped.md).
   // From 1024 tokens: 8 × 4 with chunks of 32 tokens (variant 8; one weight pass and one FP4
   // conversion per 32 of an expert's tokens, bit-identical: H200, Flash shapes, T = 1024 / 2048:
-  // −15 % / −11 %; slower up to 512). From 4096: the wide kernels, chunks of 128 tokens
-  // (variant 9, sm90_moe_wide.cuh; H200, T = 4096 / 8192: −37 % / −36 % against variant 8; equal
-  // at 2048, where an expert's ~48 tokens fill 3/8 of a chunk). From 1536 to 3071: the wide
-  // kernels with chunks of 64 tokens (variant 12, one column half; H200, T = 2048: 5016 → 3414 µs
-  // against variant 9, 5087 for variant 8; at 1024 variant 8 stays ahead, 2627 vs 2960).
+  // −15 % / −11 %; slower up to 512). From 3072: the wide kernels, chunks of 128 tokens
+  // (variant 9, sm90_moe_wide.cuh; H200, T = 3072 / 4096 / 8192 against variant 8: 5485 / 5922
+  // / 11646 µs vs 7266 / 9415 / 18110). From 1536 to 3071: the same kernels with chunks of 64
+  // tokens (variant 12, one column half; H200, T = 1536 / 2048: 3194 / 3426 µs against 4831 / 5041
+  // for variant 9 and 4105 / 5041 for variant 8; at 1024 variant 8 stays ahead, 2610 vs 2972).
   int variant = g_pipeline.load(std::memory_order_relaxed);
   if (variant == 0)
     variant = p.T >= 3072 ? 9 : p.T >= 1536 ? 12 : p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
-  p.chunk_tokens = variant == 12 ? moe4::kWideN / 2 : variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
+  p.chunk_tokens = variant == 12 ? moe4::kWideHalfN : variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
   launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   switch (variant) {
     case 9: launch_wide<moe4::kDiagNone>(p, grid, stream); break;
     case 10: launch_wide<moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 11: launch_wide<moe4::kDiagMathOnly>(p, grid, stream); break;
-    case 12: launch_wide<moe4::kDiagNone, moe4::kWideN / 2>(p, grid, stream); break;
+    case 12: launch_wide<moe4::kDiagNone, moe4::kWideHalfN>(p, grid, stream); break;
     case 1: launch_gemms<moe4::kShape12x3, moe4::kDiagNone>(p, grid, stream); break;
     case 2: launch_gemms<moe4::kShape8x4, moe4::kDiagLoadOnly>(p, grid, stream); break;
     case 3: launch_gemms<moe4::kShape12x3, moe4::kDiagLoadOnly>(p, grid, stream); break;

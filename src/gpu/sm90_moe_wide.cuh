@@ -31,7 +31,8 @@
 
 namespace dsv4::gpu::moe4 {
 
-constexpr int kWideN = 128;  // the most tokens of a chunk (NW = 128 or 64: the kernels' template)
+constexpr int kWideN = 128;      // the most tokens of a chunk (the kernels' NW: kWideN or kWideHalfN)
+constexpr int kWideHalfN = 64;   // chunks of one column half (variant 12)
 constexpr int kWideStages = 3;
 constexpr int kWideAct = kWideN * 256;                 // activations of one stage
 constexpr int kWideScales = kWideN * 16;               // 4 floats per slot

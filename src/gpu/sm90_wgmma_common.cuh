@@ -10,6 +10,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
+#include "gpu/pdl.cuh"
 
 namespace dsv4::gpu::mma::detail::wgmma {
 
@@ -47,6 +48,24 @@ __device__ __forceinline__ int sw128_chunk_offset(int R, int p, int C) {
       C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), \
       C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), \
       C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])
+
+// d (+)= A(64 × 16 at adesc) · B(16 × 128 at bdesc)ᵀ, both operands in shared memory, f16 or bf16
+// (kBf16), fp32 accumulate; fresh when !kAcc (the compiler then sees d written, not read).
+// d[4j + 2r + c]: A row 16·(warp % 4) + g + 8r, B row 8j + 2t + c.
+#define DSV4_WGMMA_SS_N128(TYPE, SCALE_D, C)                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                 \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " DSV4_WGMMA_D64_REGS \
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                   \
+               : DSV4_WGMMA_D64(C)                                                                 \
+               : "l"(adesc), "l"(bdesc))
+template <bool kBf16, bool kAcc>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
+  if constexpr (kBf16 && kAcc) DSV4_WGMMA_SS_N128("bf16", "1", "+f");
+  else if constexpr (kBf16) DSV4_WGMMA_SS_N128("bf16", "0", "=f");
+  else if constexpr (kAcc) DSV4_WGMMA_SS_N128("f16", "1", "+f");
+  else DSV4_WGMMA_SS_N128("f16", "0", "=f");
+}
+#undef DSV4_WGMMA_SS_N128
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -120,6 +139,17 @@ __device__ __forceinline__ void bulk_ring_init(uint64_t* full, int* released) {
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+}
+// After bulk_ring_init (and whatever the caller staged in shared memory before the wait): the
+// CTA syncs, waits for its programmatic predecessor, lets its successor launch, and thread 0
+// fetches the first kStages blocks (fetch(n), n < kblocks).
+template <int kStages, class Fetch>
+__device__ __forceinline__ void bulk_ring_start(int kblocks, Fetch&& fetch) {
+  __syncthreads();
+  pdl_wait();
+  pdl_trigger();
+  if (threadIdx.x == 0)
+    for (int n = 0; n < kStages && n < kblocks; ++n) fetch(n);
 }
 // A consumer warp is done with block n's stage s (its wgmmas waited for, its shared reads used):
 // the last of the CTA's `warps` warps to get here issues block n + kStages into the stage
