@@ -73,7 +73,7 @@ TEST_P(SmallOutLinearTest, MatchesCpuFp32Linear) {
 }
 
 // 24 × 16384 and 4 × 16384: the mHC projections (fp32 in the checkpoint); odd K; rows across
-// the 512-row block of the workspace.
+// the row block of the workspace (kSmallOutRowBlock).
 INSTANTIATE_TEST_SUITE_P(Shapes,
                          SmallOutLinearTest,
                          ::testing::Values(SmallOutShape{1, 24, 16384, false},
@@ -81,6 +81,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
                                            SmallOutShape{16, 24, 16384, false},
                                            SmallOutShape{64, 24, 16384, false},
                                            SmallOutShape{600, 24, 16384, false},
+                                           SmallOutShape{4200, 24, 4096, false},  // two row blocks
                                            SmallOutShape{300, 24, 16384, true},
                                            SmallOutShape{130, 20, 16384, false},
                                            SmallOutShape{1, 4, 16384, false},
@@ -94,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
 // per-sequence forward, graph == eager).
 TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  const int64_t rows = 700, out = 24, in = 16384;
+  const int64_t rows = 4400, out = 24, in = 4096;  // two row blocks of kSmallOutRowBlock
   const auto w = random_f32(out * in, 0.02f, 5, false);
   const auto x = random_f32(rows * in, 1.0f, 6, false);
   auto dx = to_device(x);
@@ -106,7 +107,7 @@ TEST(SmallOutLinearTest, RowsDoNotDependOnTheCall) {
       dx.get(), rows, in, dw.get(), false, out, in, ws.get(), need_all, y.get(), nullptr);
   const auto full = y.download();
   const std::pair<int64_t, int64_t> subs[] = {
-      {0, 1}, {699, 1}, {5, 3}, {9, 8}, {17, 13}, {100, 64}, {37, 600}};
+      {0, 1}, {4399, 1}, {5, 3}, {9, 8}, {17, 13}, {100, 64}, {37, 600}, {99, 4200}};
   for (const auto& [first, n] : subs) {
     for (int rep = 0; rep < 2; ++rep) {
       DeviceBuffer<float> s(n * out);

@@ -115,7 +115,9 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // Every variant gives the same bits. Diagnostics (wrong results, so refused
 // unless allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
 // math; 6 runs 8 × 4's math without the weight copies; 10 / 11: the wide kernels' copies without
-// the math / math without the copies.
+// the math / math without the copies. The environment variable DSV4_MOE_VARIANT (read once)
+// picks a variant with right results for every call that this knob leaves at 0 (A/B runs of
+// the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
 }  // namespace dsv4::gpu

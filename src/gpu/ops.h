@@ -86,7 +86,7 @@ void dense_linear_multi(const float* x, int64_t rows, int64_t in, std::span<cons
 // last bits of a double. ws: device scratch of at least small_out_linear_workspace(rows, out,
 // in) doubles (rows are processed in blocks of kSmallOutRowBlock).
 constexpr int kSmallOutMax = 24;
-constexpr int64_t kSmallOutRowBlock = 512;
+constexpr int64_t kSmallOutRowBlock = 4096;
 int64_t small_out_linear_workspace(int64_t rows, int64_t out, int64_t in);
 void small_out_linear(const float* x, int64_t rows, int64_t x_stride, const void* w, bool w_bf16, int64_t out,
                       int64_t in, double* ws, int64_t ws_doubles, float* y, cudaStream_t s);
