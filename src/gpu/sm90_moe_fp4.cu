@@ -65,6 +65,11 @@ void launch_wide(const moe4::Params& p, int grid, cudaStream_t stream) {
                  dim3(sgrid), dim3(256), moe4::kWideSmem, stream, p);
     launch_pdl(up ? moe4::moe_wide_kernel<true, false, kDiag, NW> : moe4::moe_wide_kernel<false, false, kDiag, NW>,
                dim3(grid), dim3(256), moe4::kWideSmem, stream, p);
+    if (up) {  // h's Q8 (moe_h_q8_kernel)
+      const int npos = p.T * p.k + (p.has_shared ? p.T : 0);
+      const int64_t warps = int64_t(npos) * (p.I / 128);
+      launch_pdl(moe4::moe_h_q8_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream, p, npos);
+    }
   }
 }
 

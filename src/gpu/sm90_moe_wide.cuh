@@ -38,9 +38,9 @@ constexpr int kWideAct = kWideN * 256;                 // activations of one sta
 constexpr int kWideScales = kWideN * 16;               // 4 floats per slot
 constexpr int kWideWarp = 4096 + 128;                  // weights + FP4 row scales
 constexpr int kWideStage = kWideAct + kWideScales + 8 * kWideWarp;  // 68,608 B
-// + two items' activation rows per slot (2 × 128 ints) and the arrival word; + 1 KB to align
+// + two items' activation rows per slot (2 × 128 ints); + 1 KB to align
 // the ring to 1024 bytes (the swizzled layout's atoms).
-constexpr int kWideSmem = kWideStages * kWideStage + 2 * kWideN * 4 + 16 + 1024;  // 207,888 B
+constexpr int kWideSmem = kWideStages * kWideStage + 2 * kWideN * 4 + 1024;  // 207,872 B
 
 // d = A(64×32 e4m3, the warp's m16n8k32 A fragment) · B(32 × 64 e4m3 at desc), fp32, fresh: one
 // 64-column half of the 128 slots. d[4j + 2r + c]: row g + 8r of the warp's 16, column
@@ -334,12 +334,11 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
   cp_commit();
 }
 
-// The epilogue of item `it` (acc: this warp's m-tile sums; xbuf: 64 KB of free shared memory;
-// arrive_word: a shared word). gate+up: SwiGLU → h, and the second of the two items of a
-// 128-wide I block Q8-quantizes it; down: y.
+// The epilogue of item `it` (acc: this warp's m-tile sums; xbuf: 64 KB of free shared memory).
+// gate+up: SwiGLU → h (moe_h_q8_kernel quantizes it after the launch); down: y.
 template <bool kUp, bool kFp8, int NW>
 __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& it, const float (&acc)[64],
-                                              float* xbuf, unsigned* arrive_word) {
+                                              float* xbuf) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, h = warp >> 2, w = warp & 3;
   const int g = lane >> 2, t = lane & 3;
   const Chunk& ch = it.ch;
@@ -362,34 +361,7 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
         const float gv = h == 0 ? mine : other[e * 32], uv = h == 0 ? other[e * 32] : mine;
         p.h[size_t(ch.pos + i) * p.I + it.ww.out_row0 + g + 8 * h] = swiglu_h<!kFp8>(gv, uv, p.limit, wt);
       }
-    __threadfence();
-    __syncthreads();
-    const int qb = it.grp >> 1, nqb = p.I / 128;
-    if (tid == 0) *arrive_word = atomicAdd(&p.arrive[it.ci * nqb + qb], 1u);
-    __syncthreads();
-    if (*arrive_word == 1) {
-      __threadfence();
-      // This warp's tokens warp, warp + 8, …, 8 loads in flight at once.
-#pragma unroll 1
-      for (int k0 = 0; k0 < NW / 8; k0 += 8) {
-        float4 v[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int i = warp + 8 * (k0 + k);
-          if (i < ch.n) v[k] = __ldcg(reinterpret_cast<const float4*>(p.h + size_t(ch.pos + i) * p.I + qb * 128 + lane * 4));
-        }
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int i = warp + 8 * (k0 + k);
-          if (i < ch.n) {
-            const size_t pos = ch.pos + i;
-            q8_block_store(v[k], lane, qb * 128, p.hq + pos * p.I, p.hs + pos * nqb + qb);
-          }
-        }
-      }
-      if (tid == 0) p.arrive[it.ci * nqb + qb] = 0;
-    }
-    __syncthreads();  // the arrival word is read before the next item's tid 0 rewrites it
+    // (The next item's first barrier orders xbuf's reuse; h's Q8 is moe_h_q8_kernel.)
   } else {
 #pragma unroll
     for (int j = 0; j < NW / 8; ++j)
@@ -402,6 +374,21 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
           p.y[size_t(ch.pos + i) * p.D + it.ww.out_row0 + g + 8 * r] = round_bf16(acc[4 * j + 2 * r + c]);
       }
   }
+}
+
+// Phase 1b of the wide kernels: the Q8 of h, one warp per 128-wide block of a position (the same
+// q8_block_store as moe_item's epilogue, so the same codes and scales): positions 0 .. npos − 1,
+// blockDim 256. (In the gate+up epilogue — the last of a block's two items, through an arrival
+// counter, fences and re-reads — it cost 6–7 % of the wide launches.)
+__global__ void __launch_bounds__(256) moe_h_q8_kernel(const __grid_constant__ Params p, int npos) {
+  pdl_wait();
+  pdl_trigger();
+  const int nqb = p.I / 128, lane = threadIdx.x & 31;
+  const int64_t wid = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (wid >= int64_t(npos) * nqb) return;
+  const int pos = int(wid / nqb), qb = int(wid - int64_t(pos) * nqb);
+  const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h + size_t(pos) * p.I + qb * 128 + lane * 4));
+  q8_block_store(v, lane, qb * 128, p.hq + size_t(pos) * p.I, p.hs + size_t(pos) * nqb + qb);
 }
 
 // Phases 1 (kUp) and 2 with chunks of ≤ kWideN tokens (Params::chunk_tokens == kWideN), one
@@ -420,7 +407,6 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);  // [2][kWideN]
-  unsigned* arrive_word = reinterpret_cast<unsigned*>(rows + 2 * kWideN);
   pdl_wait();
   pdl_trigger();
   const int groups = kUp ? p.I / 64 : p.D / 128;
@@ -456,7 +442,7 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
     __syncthreads();  // next's rows
 #pragma unroll
     for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, next, s, slot(gs + s), rows);
-    wide_epilogue<kUp, kFp8, NW>(p, cur, acc, xbuf, arrive_word);
+    wide_epilogue<kUp, kFp8, NW>(p, cur, acc, xbuf);
     cur = next;
   }
 }
