@@ -87,7 +87,7 @@ class MoeGroupedWorkspace {
   friend void moe_grouped_forward(const MoeGroupedArgs&, MoeGroupedWorkspace&, cudaStream_t);
   MoeGroupedShape shape_;
   DeviceBuffer<uint8_t> xq_, hq_, chunks_;
-  DeviceBuffer<float> xs_, pos_weight_, h_, hs_, y_;
+  DeviceBuffer<float> xs_, pos_weight_, h_, hs_, y_, xr_, hr_;
   DeviceBuffer<int> pos_token_, slot_pos_, num_chunks_;
   DeviceBuffer<unsigned> arrive_;
 };

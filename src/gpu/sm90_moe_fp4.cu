@@ -65,10 +65,9 @@ void launch_wide(const moe4::Params& p, int grid, cudaStream_t stream) {
                  dim3(sgrid), dim3(256), moe4::kWideSmem, stream, p);
     launch_pdl(up ? moe4::moe_wide_kernel<true, false, kDiag, NW> : moe4::moe_wide_kernel<false, false, kDiag, NW>,
                dim3(grid), dim3(256), moe4::kWideSmem, stream, p);
-    if (up) {  // h's Q8 (moe_h_q8_kernel)
+    if (up) {  // h's Q8 and stage records (moe_h_q8_kernel)
       const int npos = p.T * p.k + (p.has_shared ? p.T : 0);
-      const int64_t warps = int64_t(npos) * (p.I / 128);
-      launch_pdl(moe4::moe_h_q8_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream, p, npos);
+      launch_pdl(moe4::moe_h_q8_kernel, dim3(unsigned(npos)), dim3(32 * std::min(p.I / 128, 16)), 0, stream, p);
     }
   }
 }
@@ -177,11 +176,13 @@ void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
   arrive_.resize(C * s.inter / 128);
   arrive_.fill_bytes(0);
   y_.resize(P * s.hidden);
+  xr_.resize(T * s.hidden / 64);
+  hr_.resize(P * s.inter / 64);
 }
 
 size_t MoeGroupedWorkspace::bytes() const {
   return xq_.bytes() + hq_.bytes() + chunks_.bytes() + xs_.bytes() + pos_weight_.bytes() + h_.bytes() + hs_.bytes() +
-         y_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
+         y_.bytes() + xr_.bytes() + hr_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
 }
 
 void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExpertPtrs& shared, int hidden,
@@ -256,6 +257,8 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   p.hs = ws.hs_.get();
   p.arrive = ws.arrive_.get();
   p.y = ws.y_.get();
+  p.xr = ws.xr_.get();
+  p.hr = ws.hr_.get();
   p.out = a.out;
   const int grid = sm_count();
   // Default: 16 warps × 2-stage rings from 8 tokens (H200: −9 % at T=8, −12 % at T=256 against

@@ -23,6 +23,12 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
       q8_block_store(
           v, lane, qb * 128, p.xq + size_t(t) * p.D, p.xs + size_t(t) * (p.D / 128) + qb);
     }
+    if (p.chunk_tokens > kTokWide) {  // the wide kernels (64 or 128): x's stage records (block-uniform)
+      __syncthreads();
+      const int nst = p.D / 256;
+      for (int s = threadIdx.x; s < nst; s += blockDim.x)
+        stage_record(p.xs + size_t(t) * (p.D / 128), s, p.xr + (size_t(t) * nst + s) * 4);
+    }
     return;
   }
   __shared__ int cnt[kMaxE + 1], fill[kMaxE + 1], off[kMaxE + 2], choff[kMaxE + 2];

@@ -140,18 +140,18 @@ __device__ __forceinline__ void wide_fma_fp4(float (&acc)[64], const float (&d)[
   }
 }
 
-// FP4 accumulator rescale factors at a 128-K block edge: column slot 8j + 2t + c's
-// s_x(old) / s_x(new) (exact powers of two; moe_item's scale_cols) into r[2j + c], old / new =
-// floats io, io + 1 of the slot's record.
+// Column slot 8j + 2t + c's value of one plane of the stage's FP4 records (stage_record's
+// entry, a plane of kWideN floats in slot order) into r[2j + c]: the FP4 accumulator's rescale
+// factors s_x(old) / s_x(new) at a 128-K block edge (exact powers of two; moe_item's scale_cols),
+// or the last block's s_x·2⁶.
 template <int NW>
-__device__ __forceinline__ void wide_ratios(float (&r)[32], const float* scales, int t, int io) {
+__device__ __forceinline__ void wide_ratios(float (&r)[32], const float* plane, int t) {
 #pragma unroll
-  for (int j = 0; j < NW / 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const float* f = scales + (8 * j + 2 * t + c) * 4 + io;
-      r[2 * j + c] = pow2_ratio(f[0], f[1]);
-    }
+  for (int j = 0; j < NW / 8; ++j) {
+    const float2 v = *reinterpret_cast<const float2*>(plane + 8 * j + 2 * t);
+    r[2 * j] = v.x;
+    r[2 * j + 1] = v.y;
+  }
 }
 template <int NW>
 __device__ __forceinline__ void wide_rescale(float (&acc)[64], const float (&r)[32]) {
@@ -180,7 +180,7 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     // wgmmas run meanwhile).
     if (s > 0) {
       float r[32];
-      wide_ratios<NW>(r, scales, t, 1);
+      wide_ratios<NW>(r, scales, t);
       wide_rescale<NW>(acc, r);
     }
     // Block kb's FP4 weight words (rows g, g + 8), loaded one block ahead.
@@ -195,7 +195,7 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     for (int kb = 0; kb < 8; ++kb) {
       if (kb == 4) {
         float r[32];
-        wide_ratios<NW>(r, scales, t, 2);
+        wide_ratios<NW>(r, scales + kWideN, t);
         wide_rescale<NW>(acc, r);
       }
       const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
@@ -210,14 +210,9 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
       if constexpr (NW == 128) wide_fma_fp4(acc, d1, 1, kb, sr0, sr1);
     }
     if (last) {  // u → acc = u·2⁶·s_x of the last block
-#pragma unroll
-      for (int j = 0; j < NW / 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float m = scales[(8 * j + 2 * t + c) * 4 + 3] * 64.0f;
-          acc[4 * j + c] *= m;
-          acc[4 * j + 2 + c] *= m;
-        }
+      float m[32];
+      wide_ratios<NW>(m, scales + 2 * kWideN, t);
+      wide_rescale<NW>(acc, m);
     }
   } else {
 #pragma unroll
@@ -272,7 +267,7 @@ struct WideItem {
   Chunk ch;
   int ci, grp;
   WideWarp ww;
-  const float* ssrc;  // this thread's slot's activation scales (slot = tid < ch.n)
+  const float* ssrc;  // this thread's slot's activation scales (FP8) or stage records (FP4; slot = tid < ch.n)
   int rb;             // its rows[] buffer (0 / 1)
   bool valid;
 };
@@ -296,7 +291,8 @@ __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int 
   const int K = kUp ? p.D : p.I;
   const int row = tid < it.ch.n ? (kUp ? p.pos_token[it.ch.pos + tid] : it.ch.pos + tid) : -1;
   if (tid < kWideN) rows[rb * kWideN + tid] = row;
-  it.ssrc = (kUp ? p.xs : p.hs) + size_t(max(row, 0)) * (K / 128);
+  it.ssrc = kFp8 ? (kUp ? p.xs : p.hs) + size_t(max(row, 0)) * (K / 128)
+                 : (kUp ? p.xr : p.hr) + size_t(max(row, 0)) * (K / 64);
   return it;
 }
 
@@ -316,9 +312,16 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
       if (r >= 0) cp16(st + act_sw_offset<NW>(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
     }
     if (tid < it.ch.n) {
-      float* sc = reinterpret_cast<float*>(st + kWideAct) + tid * 4;
-      cp8(sc + 2, it.ssrc + 2 * s);
-      if (s > 0) cp8(sc, it.ssrc + 2 * s - 2);
+      float* sc = reinterpret_cast<float*>(st + kWideAct);
+      if constexpr (kFp8) {
+        cp8(sc + tid * 4 + 2, it.ssrc + 2 * s);
+        if (s > 0) cp8(sc + tid * 4, it.ssrc + 2 * s - 2);
+      } else {  // the slot's stage record as three planes
+        const float* rec = it.ssrc + 4 * s;
+        cp4(sc + tid, rec);
+        cp4(sc + kWideN + tid, rec + 1);
+        cp4(sc + 2 * kWideN + tid, rec + 2);
+      }
     }
     uint8_t* ws = st + kWideAct + kWideScales + warp * kWideWarp;
     const WideWarp& ww = it.ww;
@@ -376,19 +379,22 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
   }
 }
 
-// Phase 1b of the wide kernels: the Q8 of h, one warp per 128-wide block of a position (the same
-// q8_block_store as moe_item's epilogue, so the same codes and scales): positions 0 .. npos − 1,
-// blockDim 256. (In the gate+up epilogue — the last of a block's two items, through an arrival
-// counter, fences and re-reads — it cost 6–7 % of the wide launches.)
-__global__ void __launch_bounds__(256) moe_h_q8_kernel(const __grid_constant__ Params p, int npos) {
+// Phase 1b of the wide kernels: the Q8 of h and its FP4 stage records. One CTA per position
+// (grid npos, a warp per 128-wide block: the same q8_block_store as moe_item's epilogue, so the
+// same codes and scales), then the records (stage_record) of the position's I/256 stages. (In the
+// gate+up epilogue — the last of a block's two items, through an arrival counter, fences and
+// re-reads — the Q8 cost 6–7 % of the wide launches.)
+__global__ void __launch_bounds__(512) moe_h_q8_kernel(const __grid_constant__ Params p) {
   pdl_wait();
   pdl_trigger();
-  const int nqb = p.I / 128, lane = threadIdx.x & 31;
-  const int64_t wid = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  if (wid >= int64_t(npos) * nqb) return;
-  const int pos = int(wid / nqb), qb = int(wid - int64_t(pos) * nqb);
-  const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h + size_t(pos) * p.I + qb * 128 + lane * 4));
-  q8_block_store(v, lane, qb * 128, p.hq + size_t(pos) * p.I, p.hs + size_t(pos) * nqb + qb);
+  const int nqb = p.I / 128, lane = threadIdx.x & 31, pos = blockIdx.x;
+  for (int qb = threadIdx.x >> 5; qb < nqb; qb += blockDim.x >> 5) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h + size_t(pos) * p.I + qb * 128 + lane * 4));
+    q8_block_store(v, lane, qb * 128, p.hq + size_t(pos) * p.I, p.hs + size_t(pos) * nqb + qb);
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < nqb / 2; s += blockDim.x)
+    stage_record(p.hs + size_t(pos) * nqb, s, p.hr + (size_t(pos) * (nqb / 2) + s) * 4);
 }
 
 // Phases 1 (kUp) and 2 with chunks of ≤ kWideN tokens (Params::chunk_tokens == kWideN), one
