@@ -163,6 +163,9 @@ void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
   DSV4_CHECK(s.max_tokens >= 1, "grouped MoE: max_tokens ", s.max_tokens);
   shape_ = s;
   const size_t T = s.max_tokens, P = max_positions(s), C = max_chunks(s);
+  // The wide kernels address xq / hq rows by 32-bit byte offsets.
+  DSV4_CHECK(T * s.hidden < (size_t{1} << 31) && P * s.inter < (size_t{1} << 31), "grouped MoE: ", s.max_tokens,
+             " tokens make the Q8 activation arrays 2 GiB or more");
   xq_.resize(T * s.hidden);
   xs_.resize(T * s.hidden / 128);
   pos_token_.resize(P);

@@ -273,7 +273,8 @@ struct WideItem {
 };
 
 // Item `item` of this launch (valid if < total): reads its chunk and expert, writes slot tid's
-// activation row to rows[rb][tid] (−1: no token). The caller syncs before issuing copies.
+// activation row's byte offset (row · K: xq / hq hold < 2³¹ bytes) to rows[rb][tid] (−1: no
+// token). The caller syncs before issuing copies.
 template <bool kUp, bool kFp8>
 __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int total, int groups, int nsc, int* rows,
                                                  int rb) {
@@ -290,7 +291,7 @@ __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int 
   it.ww = wide_warp<kUp, kFp8>(p, ex, it.grp, warp >> 2, warp & 3);
   const int K = kUp ? p.D : p.I;
   const int row = tid < it.ch.n ? (kUp ? p.pos_token[it.ch.pos + tid] : it.ch.pos + tid) : -1;
-  if (tid < kWideN) rows[rb * kWideN + tid] = row;
+  if (tid < kWideN) rows[rb * kWideN + tid] = row >= 0 ? row * K : -1;
   it.ssrc = kFp8 ? (kUp ? p.xs : p.hs) + size_t(max(row, 0)) * (K / 128)
                  : (kUp ? p.xr : p.hr) + size_t(max(row, 0)) * (K / 64);
   return it;
@@ -305,11 +306,14 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
   if (it.valid && s < nst && kDiag != kDiagMathOnly) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int c8 = tid & 7, hk = (tid >> 3) & 1, n0 = tid >> 4;
-    const uint8_t* abase = kUp ? p.xq : p.hq;
+    // Slots n0 + 16i: their swizzle is n0's (16i ≡ 0 mod 8), so the destinations step by 16 rows.
+    const uint8_t* src = (kUp ? p.xq : p.hq) + s * 256 + hk * 128 + c8 * 16;
+    uint8_t* dst = st + act_sw_offset<NW>(n0, hk, c8);
+    const int* off = rows + it.rb * kWideN + n0;
 #pragma unroll
     for (int i = 0; i < NW / 16; ++i) {
-      const int ni = n0 + 16 * i, r = rows[it.rb * kWideN + ni];
-      if (r >= 0) cp16(st + act_sw_offset<NW>(ni, hk, c8), abase + size_t(r) * K + s * 256 + hk * 128 + c8 * 16);
+      const int o = off[16 * i];
+      if (o >= 0) cp16(dst + 16 * i * 128, src + o);
     }
     if (tid < it.ch.n) {
       float* sc = reinterpret_cast<float*>(st + kWideAct);
