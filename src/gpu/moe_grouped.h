@@ -5,7 +5,9 @@
 // offsets, permutation on the GPU, no host sync), gate+up with fused clamped SwiGLU, routing
 // weight and Q8, down projection, the shared expert (FP8) and the combine
 //   out = bf16( Σ_{ascending expert id} y_e + shared(x) ).
-// Four launches, all sized from T and the preallocated workspace only (CUDA-graph capturable);
+// Four launches (seven for calls on the wide kernels: the shared expert's gemms apart, and h's Q8
+// between gate+up and down), all sized from T and the preallocated workspace only (CUDA-graph
+// capturable);
 // inside a PdlScope they use programmatic dependent launch (pdl.h), the gemm kernels starting
 // their first weight copies before the previous launch finishes.
 // Numerics are cpu::moe_forward's expert math (Lin4 / Lin8 with the reference rounding points),
@@ -103,7 +105,7 @@ struct MoeGroupedArgs {
   float* out = nullptr;                     // [T, D] bf16 values
 };
 
-// Enqueues the four launches on `stream`; returns immediately. The expert weights must be in
+// Enqueues the launches on `stream`; returns immediately. The expert weights must be in
 // the stage-tile layout (moe_repack_experts).
 void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cudaStream_t stream);
 
