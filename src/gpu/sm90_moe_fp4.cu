@@ -21,8 +21,11 @@ size_t max_chunks(const MoeGroupedShape& s) {
   return max_positions(s) / moe4::kTok + size_t(s.experts) + 2 + shared_chunks;
 }
 
-// Phases 1/2 CTA shape (moe_grouped_set_pipeline).
+// Phases 1/2 CTA shape (moe_grouped_set_pipeline): variants 0..kMaxVariant, the diagnostics
+// (wrong results) among them.
 std::atomic<int> g_pipeline{0};
+constexpr int kMaxVariant = 12;
+bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11; }
 
 template <moe4::GemmShape kS, int kDiag>
 void set_smem_attr() {
@@ -217,9 +220,8 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
 }
 
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
-  DSV4_CHECK(variant >= 0 && variant <= 12, "grouped MoE: unknown pipeline variant ", variant);
-  const bool diagnostic = variant == 2 || variant == 3 || variant == 5 || variant == 6 || variant == 10 || variant == 11;
-  DSV4_CHECK(!diagnostic || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
+  DSV4_CHECK(variant >= 0 && variant <= kMaxVariant, "grouped MoE: unknown pipeline variant ", variant);
+  DSV4_CHECK(!is_diagnostic(variant) || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
              " is a diagnostic (wrong results); benchmarks pass allow_diagnostic");
   g_pipeline.store(variant, std::memory_order_relaxed);
 }
@@ -277,8 +279,8 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   static const int env_variant = [] {
     const char* e = std::getenv("DSV4_MOE_VARIANT");
     const int v = e ? std::atoi(e) : 0;
-    DSV4_CHECK(v >= 0 && v <= 12 && v != 2 && v != 3 && v != 5 && v != 6 && v != 10 && v != 11,
-               "DSV4_MOE_VARIANT=", e ? e : "", ": not a pipeline variant with right results (0..12)");
+    DSV4_CHECK(v >= 0 && v <= kMaxVariant && !is_diagnostic(v), "DSV4_MOE_VARIANT=", e ? e : "",
+               ": not a pipeline variant with right results (0..", kMaxVariant, ")");
     return v;
   }();
   int variant = g_pipeline.load(std::memory_order_relaxed);

@@ -114,20 +114,11 @@ struct Params {
   float* y;                   // [P+T, D] expert outputs (bf16 values)
   float* out;                 // [T, D]
   int chunk_tokens;           // kTok, kTokWide (GemmShape::tokens) or kWideN (sm90_moe_wide.cuh)
-  // Stage records of the wide kernels' FP4 path (stage_record): x's [T, D/256, 4], h's [P+T, I/256, 4].
+  // Stage records of the wide kernels' FP4 path (sm90_moe_group.cuh stage_record): x's [T, D/256, 4],
+  // h's [P+T, I/256, 4].
   float* xr;
   float* hr;
 };
-
-// The FP4 accumulator's factors at stage s of a row's 128-K scales sc (the wide kernels,
-// sm90_moe_wide.cuh): {s_x(2s−1)/s_x(2s) (1 at s = 0), s_x(2s)/s_x(2s+1), s_x(2s+1)·2⁶, 0} — the
-// rescales before 32-K blocks 0 and 4 of the stage and the last stage's scale, computed once per
-// row and stage instead of by every thread whose columns include the row.
-__device__ __forceinline__ void stage_record(const float* sc, int s, float* out) {
-  const float r0 = s > 0 ? __int_as_float(__float_as_int(sc[2 * s - 1]) - __float_as_int(sc[2 * s]) + 0x3f800000) : 1.0f;
-  const float r1 = __int_as_float(__float_as_int(sc[2 * s]) - __float_as_int(sc[2 * s + 1]) + 0x3f800000);
-  *reinterpret_cast<float4*>(out) = make_float4(r0, r1, sc[2 * s + 1] * 64.0f, 0.0f);
-}
 
 // Chunks of the shared expert for T tokens: ⌈T/ct⌉ chunks of ct = chunk_tokens, each listed twice
 // (two row halves).

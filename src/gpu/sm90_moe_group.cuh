@@ -1,6 +1,7 @@
 // Grouped W4A8 MoE on sm_90a, the routing side (design: sm90_moe_fp4.cuh): phase 0 (Q8 of x into
 // the MMA layout; routing → positions grouped by expert → chunks) and phase 3 (the per-token
-// combine in ascending expert id). Device side, included by sm90_moe_fp4.cu.
+// combine in ascending expert id), and the CTA-wide row Q8 with its stage records (x here, h in
+// sm90_moe_wide.cuh). Device side, included by sm90_moe_fp4.cu.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,29 @@
 #include "gpu/sm90_moe_fp4.cuh"
 
 namespace dsv4::gpu::moe4 {
+
+// The FP4 accumulator's factors at stage s of a row's 128-K scales sc (the wide kernels,
+// sm90_moe_wide.cuh): {s_x(2s−1)/s_x(2s) (1 at s = 0), s_x(2s)/s_x(2s+1), s_x(2s+1)·2⁶, 0} — the
+// rescales before 32-K blocks 0 and 4 of the stage and the last stage's scale, computed once per
+// row and stage instead of by every thread whose columns include the row.
+__device__ __forceinline__ void stage_record(const float* sc, int s, float* out) {
+  const float r0 = s > 0 ? pow2_ratio(sc[2 * s - 1], sc[2 * s]) : 1.0f;
+  *reinterpret_cast<float4*>(out) = make_float4(r0, pow2_ratio(sc[2 * s], sc[2 * s + 1]), sc[2 * s + 1] * 64.0f, 0.0f);
+}
+
+// Q8 of one row of K values by a whole CTA (a warp per 128-wide block, blocks strided by the
+// CTA's warps; __ldcg: the row may come from the previous launch of a PDL chain): codes (MMA
+// layout) and scales[K/128]; then, when records != nullptr (block-uniform), the row's K/256 stage
+// records. Used for x (group launch) and h (moe_h_q8_kernel): the same codes as q8_block_store.
+__device__ __forceinline__ void q8_row_cta(const float* row, int K, uint8_t* codes, float* scales, float* records) {
+  const int lane = threadIdx.x & 31;
+  for (int qb = threadIdx.x >> 5; qb < K / 128; qb += blockDim.x >> 5)
+    q8_block_store(__ldcg(reinterpret_cast<const float4*>(row + qb * 128 + lane * 4)), lane, qb * 128, codes,
+                   scales + qb);
+  if (records == nullptr) return;
+  __syncthreads();
+  for (int s = threadIdx.x; s < K / 256; s += blockDim.x) stage_record(scales, s, records + s * 4);
+}
 
 // Phase 0. Blocks 0..T−1: quantize row b of x. Block T: routing → positions and chunks.
 // blockDim = 1024.
@@ -17,18 +41,9 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
   pdl_trigger();
   if (blockIdx.x < unsigned(p.T)) {
     const int t = blockIdx.x;
-    for (int qb = warp; qb < p.D / 128; qb += 32) {
-      const float4 v =
-          *reinterpret_cast<const float4*>(p.x + size_t(t) * p.D + qb * 128 + lane * 4);
-      q8_block_store(
-          v, lane, qb * 128, p.xq + size_t(t) * p.D, p.xs + size_t(t) * (p.D / 128) + qb);
-    }
-    if (p.chunk_tokens > kTokWide) {  // the wide kernels (64 or 128): x's stage records (block-uniform)
-      __syncthreads();
-      const int nst = p.D / 256;
-      for (int s = threadIdx.x; s < nst; s += blockDim.x)
-        stage_record(p.xs + size_t(t) * (p.D / 128), s, p.xr + (size_t(t) * nst + s) * 4);
-    }
+    // The wide kernels (chunks of 64 or 128) also read x's stage records.
+    q8_row_cta(p.x + size_t(t) * p.D, p.D, p.xq + size_t(t) * p.D, p.xs + size_t(t) * (p.D / 128),
+               p.chunk_tokens > kTokWide ? p.xr + size_t(t) * (p.D / 64) : nullptr);
     return;
   }
   __shared__ int cnt[kMaxE + 1], fill[kMaxE + 1], off[kMaxE + 2], choff[kMaxE + 2];

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "gpu/sm90_moe_fp4.cuh"
+#include "gpu/sm90_moe_group.cuh"  // q8_row_cta, stage_record
 
 namespace dsv4::gpu::moe4 {
 
@@ -391,14 +392,8 @@ __device__ __forceinline__ void wide_epilogue(const Params& p, const WideItem& i
 __global__ void __launch_bounds__(512) moe_h_q8_kernel(const __grid_constant__ Params p) {
   pdl_wait();
   pdl_trigger();
-  const int nqb = p.I / 128, lane = threadIdx.x & 31, pos = blockIdx.x;
-  for (int qb = threadIdx.x >> 5; qb < nqb; qb += blockDim.x >> 5) {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h + size_t(pos) * p.I + qb * 128 + lane * 4));
-    q8_block_store(v, lane, qb * 128, p.hq + size_t(pos) * p.I, p.hs + size_t(pos) * nqb + qb);
-  }
-  __syncthreads();
-  for (int s = threadIdx.x; s < nqb / 2; s += blockDim.x)
-    stage_record(p.hs + size_t(pos) * nqb, s, p.hr + (size_t(pos) * (nqb / 2) + s) * 4);
+  const size_t pos = blockIdx.x;
+  q8_row_cta(p.h + pos * p.I, p.I, p.hq + pos * p.I, p.hs + pos * (p.I / 128), p.hr + pos * (p.I / 64));
 }
 
 // Phases 1 (kUp) and 2 with chunks of ≤ kWideN tokens (Params::chunk_tokens == kWideN), one
