@@ -176,14 +176,10 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
   if constexpr (!kFp8) {
     const uint2 sr0 = *reinterpret_cast<const uint2*>(W + 4096 + g * 8);
     const uint2 sr1 = *reinterpret_cast<const uint2*>(W + 4096 + (g + 8) * 8);
-    // The stage's two 128-K block edges (before blocks 0 and 4). Per 32-K block both column
-    // halves' wgmmas, one wait, then both partials scaled into acc (the other warpgroup's
-    // wgmmas run meanwhile).
-    if (s > 0) {
-      float r[32];
-      wide_ratios<NW>(r, scales, t);
-      wide_rescale<NW>(acc, r);
-    }
+    // Per 32-K block both column halves' wgmmas, one wait, then both partials scaled into acc
+    // (the other warpgroup's wgmmas run meanwhile). The stage's two 128-K block edges (before
+    // the partials of blocks 0 and 4 enter acc) rescale acc while those blocks' wgmmas run: they
+    // touch neither acc nor the ratios, so the ratio loads and multiplies hide behind them.
     // Block kb's FP4 weight words (rows g, g + 8), loaded one block ahead.
     auto wload = [&](int kb, uint32_t& w0, uint32_t& w1) {
       const int gofs = ((kb ^ g) << 4) + t * 4;
@@ -194,11 +190,6 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     wload(0, w0, w1);
 #pragma unroll
     for (int kb = 0; kb < 8; ++kb) {
-      if (kb == 4) {
-        float r[32];
-        wide_ratios<NW>(r, scales + kWideN, t);
-        wide_rescale<NW>(acc, r);
-      }
       const uint32_t a[4] = {fp4_lo(w0), fp4_lo(w1), fp4_hi(w0), fp4_hi(w1)};
       float d0[32], d1[32];
       wg_fence();
@@ -206,6 +197,11 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
       if constexpr (NW == 128) wgmma_e4m3_n64(d1, a, desc + b_off<NW>(kb, 1));
       wg_commit();
       if (kb < 7) wload(kb + 1, w0, w1);
+      if ((kb == 0 && s > 0) || kb == 4) {
+        float r[32];
+        wide_ratios<NW>(r, scales + (kb == 4 ? kWideN : 0), t);
+        wide_rescale<NW>(acc, r);
+      }
       wg_wait0();
       wide_fma_fp4(acc, d0, 0, kb, sr0, sr1);
       if constexpr (NW == 128) wide_fma_fp4(acc, d1, 1, kb, sr0, sr1);
@@ -273,10 +269,15 @@ struct WideItem {
   bool valid;
 };
 
+// Where slot n's row offset sits in a rows[] buffer: wide_issue's thread n % 16 copies slots
+// n % 16 + 16i (i < NW/16), so it reads its NW/16 offsets as contiguous int4s.
+template <int NW>
+__device__ __forceinline__ int wide_row_index(int n) { return (n & 15) * (NW / 16) + (n >> 4); }
+
 // Item `item` of this launch (valid if < total): reads its chunk and expert, writes slot tid's
-// activation row's byte offset (row · K: xq / hq hold < 2³¹ bytes) to rows[rb][tid] (−1: no
-// token). The caller syncs before issuing copies.
-template <bool kUp, bool kFp8>
+// activation row's byte offset (row · K: xq / hq hold < 2³¹ bytes) to rows[rb][wide_row_index(tid)]
+// (−1: no token). The caller syncs before issuing copies.
+template <bool kUp, bool kFp8, int NW>
 __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int total, int groups, int nsc, int* rows,
                                                  int rb) {
   WideItem it{};
@@ -292,7 +293,7 @@ __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int 
   it.ww = wide_warp<kUp, kFp8>(p, ex, it.grp, warp >> 2, warp & 3);
   const int K = kUp ? p.D : p.I;
   const int row = tid < it.ch.n ? (kUp ? p.pos_token[it.ch.pos + tid] : it.ch.pos + tid) : -1;
-  if (tid < kWideN) rows[rb * kWideN + tid] = row >= 0 ? row * K : -1;
+  if (tid < NW) rows[rb * kWideN + wide_row_index<NW>(tid)] = row >= 0 ? row * K : -1;
   it.ssrc = kFp8 ? (kUp ? p.xs : p.hs) + size_t(max(row, 0)) * (K / 128)
                  : (kUp ? p.xr : p.hr) + size_t(max(row, 0)) * (K / 64);
   return it;
@@ -310,12 +311,15 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
     // Slots n0 + 16i: their swizzle is n0's (16i ≡ 0 mod 8), so the destinations step by 16 rows.
     const uint8_t* src = (kUp ? p.xq : p.hq) + s * 256 + hk * 128 + c8 * 16;
     uint8_t* dst = st + act_sw_offset<NW>(n0, hk, c8);
-    const int* off = rows + it.rb * kWideN + n0;
+    // The NW/16 offsets of slots n0 + 16i, loaded together (wide_row_index).
+    int off[NW / 16];
 #pragma unroll
-    for (int i = 0; i < NW / 16; ++i) {
-      const int o = off[16 * i];
-      if (o >= 0) cp16(dst + 16 * i * 128, src + o);
-    }
+    for (int v = 0; v < NW / 64; ++v)
+      *reinterpret_cast<int4*>(off + 4 * v) =
+          *reinterpret_cast<const int4*>(rows + it.rb * kWideN + n0 * (NW / 16) + 4 * v);
+#pragma unroll
+    for (int i = 0; i < NW / 16; ++i)
+      if (off[i] >= 0) cp16(dst + 16 * i * 128, src + off[i]);
     if (tid < it.ch.n) {
       float* sc = reinterpret_cast<float*>(st + kWideAct);
       if constexpr (kFp8) {
@@ -421,7 +425,7 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   auto slot = [&](int gs) { return smem + (gs % kWideStages) * kWideStage; };
   int item = blockIdx.x, gs = 0;  // gs: the running stage count at the current item's stage 0
-  WideItem cur = wide_prepare<kUp, kFp8>(p, item, total, groups, nsc, rows, 0);
+  WideItem cur = wide_prepare<kUp, kFp8, NW>(p, item, total, groups, nsc, rows, 0);
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s, slot(gs + s), rows);
@@ -443,7 +447,7 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
     float* xbuf = reinterpret_cast<float*>(slot(gs + nst - 1));
     gs += nst;
     item += gridDim.x;
-    const WideItem next = wide_prepare<kUp, kFp8>(p, item, total, groups, nsc, rows, cur.rb ^ 1);
+    const WideItem next = wide_prepare<kUp, kFp8, NW>(p, item, total, groups, nsc, rows, cur.rb ^ 1);
     __syncthreads();  // next's rows
 #pragma unroll
     for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, next, s, slot(gs + s), rows);
