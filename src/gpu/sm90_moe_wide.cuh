@@ -15,8 +15,9 @@
 //     8·grp + 4h + w.
 // The shared expert's chunks are listed twice (halves, for the small kernels); here the first
 // listing covers all rows and the second is skipped. The shared expert runs as its own launch.
-// One ring of kWideStages stages of 256 K across the CTA's items, refilled by cp.async from all
-// 256 threads; a stage holds:
+// One ring of kWideStages stages of 256 K across the CTA's items; a stage holds (activations and
+// their scales / records copied by cp.async from all 256 threads, each warp's weights by one
+// lane's bulk copies onto the slot's mbarrier):
 //   activations kWideN slots × 256 B in the 128-byte-swizzled wgmma B layout (b_desc_sw128),
 //   then per slot 4 floats: the Q8 scales of 128-K blocks 2s−2 .. 2s+1
 //   (the first two only for s > 0: the FP4 accumulator's rescale at block edges needs the
@@ -28,9 +29,15 @@
 #include <cstdint>
 
 #include "gpu/sm90_moe_fp4.cuh"
-#include "gpu/sm90_moe_group.cuh"  // q8_row_cta, stage_record
+#include "gpu/sm90_moe_group.cuh"   // q8_row_cta, stage_record
+#include "gpu/sm90_wgmma_common.cuh"  // mbarriers, bulk copies
 
 namespace dsv4::gpu::moe4 {
+
+using mma::detail::wgmma::bulk_copy;
+using mma::detail::wgmma::mbar_expect_tx;
+using mma::detail::wgmma::mbar_init;
+using mma::detail::wgmma::mbar_wait;
 
 constexpr int kWideN = 128;      // the most tokens of a chunk (the kernels' NW: kWideN or kWideHalfN)
 constexpr int kWideHalfN = 64;   // chunks of one column half (variant 12)
@@ -39,9 +46,9 @@ constexpr int kWideAct = kWideN * 256;                 // activations of one sta
 constexpr int kWideScales = kWideN * 16;               // 4 floats per slot
 constexpr int kWideWarp = 4096 + 128;                  // weights + FP4 row scales
 constexpr int kWideStage = kWideAct + kWideScales + 8 * kWideWarp;  // 68,608 B
-// + two items' activation rows per slot (2 × 128 ints); + 1 KB to align
-// the ring to 1024 bytes (the swizzled layout's atoms).
-constexpr int kWideSmem = kWideStages * kWideStage + 2 * kWideN * 4 + 1024;  // 207,872 B
+// + two items' activation rows per slot (2 × 128 ints), the ring slots' weight mbarriers (64 B);
+// + 1 KB to align the ring to 1024 bytes (the swizzled layout's atoms).
+constexpr int kWideSmem = kWideStages * kWideStage + 2 * kWideN * 4 + 64 + 1024;  // 207,936 B
 
 // d = A(64×32 e4m3, the warp's m16n8k32 A fragment) · B(32 × 64 e4m3 at desc), fp32, fresh: one
 // 64-column half of the 128 slots. d[4j + 2r + c]: row g + 8r of the warp's 16, column
@@ -300,10 +307,12 @@ __device__ __forceinline__ WideItem wide_prepare(const Params& p, int item, int 
 }
 
 // Stage s of item `it` into ring slot st (one cp.async commit group per call, empty if there
-// is no such stage). Activations: unit u = tid + 256·i is granule u % 8 of K-half (u / 8) % 2
-// of slot u / 16, so a warp reads two slots' 256 contiguous bytes.
+// is no such stage; the weights complete on the slot's mbarrier `bar`: one arrival per warp).
+// Activations: unit u = tid + 256·i is granule u % 8 of K-half (u / 8) % 2 of slot u / 16, so a
+// warp reads two slots' 256 contiguous bytes.
 template <bool kUp, bool kFp8, int kDiag, int NW>
-__device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, int s, uint8_t* st, const int* rows) {
+__device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, int s, uint8_t* st, const int* rows,
+                                           uint64_t* bar) {
   const int K = kUp ? p.D : p.I, nst = K / 256;
   if (it.valid && s < nst && kDiag != kDiagMathOnly) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -332,16 +341,14 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
         cp4(sc + 2 * kWideN + tid, rec + 2);
       }
     }
-    uint8_t* ws = st + kWideAct + kWideScales + warp * kWideWarp;
-    const WideWarp& ww = it.ww;
-#pragma unroll
-    for (int i = 0; i < (kFp8 ? 8 : 4); ++i) {
-      const int q = lane + 32 * i;  // granule of the warp's 2 KB (FP8: 4 KB) stage
-      const uint8_t* src = (kFp8 && q >= 128) ? ww.wb + size_t(s) * ww.stride + (q - 128) * 16
-                                              : ww.wa + size_t(s) * ww.stride + q * 16;
-      cp16(ws + q * 16, src);
+    if (lane == 0) {  // the warp's 2 KB of FP4 weights + 128 B of row scales, or 2 × 2 KB of FP8
+      uint8_t* ws = st + kWideAct + kWideScales + warp * kWideWarp;
+      const WideWarp& ww = it.ww;
+      mbar_expect_tx(bar, kFp8 ? 4096 : 2048 + 128);
+      bulk_copy(ws, ww.wa + size_t(s) * ww.stride, 2048, bar);
+      if constexpr (kFp8) bulk_copy(ws + 2048, ww.wb + size_t(s) * ww.stride, 2048, bar);
+      else bulk_copy(ws + 4096, ww.sc + size_t(s) * ww.sstride, 128, bar);
     }
-    if (!kFp8 && lane < 8) cp16(ws + 4096 + lane * 16, ww.sc + size_t(s) * ww.sstride + lane * 16);
   }
   cp_commit();
 }
@@ -416,6 +423,8 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);  // [2][kWideN]
+  uint64_t* wbar = reinterpret_cast<uint64_t*>(rows + 2 * kWideN);         // [kWideStages]
+  if (threadIdx.x < kWideStages) mbar_init(wbar + threadIdx.x, 8);          // one arrival per warp
   pdl_wait();
   pdl_trigger();
   const int groups = kUp ? p.I / 64 : p.D / 128;
@@ -424,20 +433,25 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   const int nst = (kUp ? p.D : p.I) / 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   auto slot = [&](int gs) { return smem + (gs % kWideStages) * kWideStage; };
+  auto bar = [&](int gs) { return wbar + gs % kWideStages; };
   int item = blockIdx.x, gs = 0;  // gs: the running stage count at the current item's stage 0
   WideItem cur = wide_prepare<kUp, kFp8, NW>(p, item, total, groups, nsc, rows, 0);
-  __syncthreads();
+  __syncthreads();  // rows, mbarriers
 #pragma unroll
-  for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s, slot(gs + s), rows);
+  for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s, slot(gs + s), rows, bar(gs + s));
   while (cur.valid) {
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     for (int s = 0; s < nst; ++s) {
+      // Ring stage gs + s is the (gs + s) / kWideStages-th use of its slot: its weights complete
+      // that phase of the slot's mbarrier (every consumed stage was issued exactly once, in order).
       cp_wait<kWideStages - 2>();
+      if constexpr (kDiag != kDiagMathOnly) mbar_wait(bar(gs + s), uint32_t((gs + s) / kWideStages) & 1u);
       fence_proxy_async();
       __syncthreads();  // stage s landed for every thread; every warp is done with stage s − 1
-      wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s + kWideStages - 1, slot(gs + s + kWideStages - 1), rows);
+      wide_issue<kUp, kFp8, kDiag, NW>(p, cur, s + kWideStages - 1, slot(gs + s + kWideStages - 1), rows,
+                                       bar(gs + s + kWideStages - 1));
       const uint8_t* st = slot(gs + s);
       if constexpr (kDiag != kDiagLoadOnly)
         wide_stage<kFp8, NW>(st + kWideAct + kWideScales + warp * kWideWarp, st, cur.ww, s, s == nst - 1, lane, acc);
@@ -450,7 +464,8 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
     const WideItem next = wide_prepare<kUp, kFp8, NW>(p, item, total, groups, nsc, rows, cur.rb ^ 1);
     __syncthreads();  // next's rows
 #pragma unroll
-    for (int s = 0; s < kWideStages - 1; ++s) wide_issue<kUp, kFp8, kDiag, NW>(p, next, s, slot(gs + s), rows);
+    for (int s = 0; s < kWideStages - 1; ++s)
+      wide_issue<kUp, kFp8, kDiag, NW>(p, next, s, slot(gs + s), rows, bar(gs + s));
     wide_epilogue<kUp, kFp8, NW>(p, cur, acc, xbuf);
     cur = next;
   }
