@@ -268,13 +268,11 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   const int grid = sm_count();
   // Default: 16 warps × 2-stage rings from 8 tokens (H200: −9 % at T=8, −12 % at T=256 against
   // 8 × 4), 8 × 4 below (equal at T=1, better on the shared expert alone; docs/moe-grouped.md).
-  // From 1024 tokens: 8 × 4 with chunks of 32 tokens (variant 8; one weight pass and one FP4
-  // conversion per 32 of an expert's tokens, bit-identical: H200, Flash shapes, T = 1024 / 2048:
-  // −15 % / −11 %; slower up to 512). From 3072: the wide kernels, chunks of 128 tokens
-  // (variant 9, sm90_moe_wide.cuh; H200, T = 3072 / 4096 / 8192 against variant 8: 5485 / 5922
-  // / 11646 µs vs 7266 / 9415 / 18110). From 1536 to 3071: the same kernels with chunks of 64
-  // tokens (variant 12, one column half; H200, T = 1536 / 2048: 3194 / 3426 µs against 4831 / 5041
-  // for variant 9 and 4105 / 5041 for variant 8; at 1024 variant 8 stays ahead, 2610 vs 2972).
+  // From 3072 tokens: the wide kernels, chunks of 128 tokens (variant 9, sm90_moe_wide.cuh; H200,
+  // T = 3072 / 4096 / 8192 against variant 8 — 8 × 4 with chunks of 32 tokens: 5485 / 5922 /
+  // 11646 µs vs 7266 / 9415 / 18110). From 1024 to 3071: the same kernels with chunks of 64 tokens
+  // (variant 12, one column half; H200, nineteenth session, T = 1024 / 1536 / 2048: 2464 / 2654 /
+  // 2870 µs against 2612 / 4095 / 5017 for variant 8 and 3559 / 3740 / 3926 for variant 9).
   // DSV4_MOE_VARIANT=v (A/B runs of the model): a variant with right results in place of the default.
   static const int env_variant = [] {
     const char* e = std::getenv("DSV4_MOE_VARIANT");
@@ -286,7 +284,7 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   int variant = g_pipeline.load(std::memory_order_relaxed);
   if (variant == 0) variant = env_variant;
   if (variant == 0)
-    variant = p.T >= 3072 ? 9 : p.T >= 1536 ? 12 : p.T >= 1024 ? 8 : p.T >= 8 ? 4 : 7;
+    variant = p.T >= 3072 ? 9 : p.T >= 1024 ? 12 : p.T >= 8 ? 4 : 7;
   p.chunk_tokens = variant == 12 ? moe4::kWideHalfN : variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
   launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   switch (variant) {
