@@ -7,8 +7,8 @@
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
 // Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..m = 0..12 with PDL; ":" ";" "<" = 10, 11, 12]
-// DSV4_BENCH_T (e.g. "1,8"; also 512 … 8192, which run only when named) and
-// DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick a subset of the table.
+// DSV4_BENCH_T (e.g. "1,8,768"; any token counts up to 16384, in that order; unset: 1 … 256)
+// and DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick the table's rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,24 +44,41 @@ __global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int mode) {
   }
 }
 
-// Whether environment variable `name` is set and not empty.
-bool named(const char* name) {
+// The integers of the comma list in environment variable `name` (empty when unset or empty).
+std::vector<long> env_list(const char* name) {
+  std::vector<long> out;
   const char* e = std::getenv(name);
-  return e != nullptr && *e != '\0';
-}
-
-// Whether v is in the comma list of environment variable `name` (unset or empty: every value).
-bool picked(const char* name, int v) {
-  if (!named(name)) return true;
-  const char* e = std::getenv(name);
-  for (const char* c = e; *c;) {
+  for (const char* c = e ? e : ""; *c;) {
     char* end = nullptr;
     const long x = std::strtol(c, &end, 10);
     if (end == c) break;
-    if (x == v) return true;
+    out.push_back(x);
     c = *end ? end + 1 : end;
   }
-  return false;
+  return out;
+}
+
+// Whether v is in the list of `name` (an unset or empty list picks every value).
+bool picked(const char* name, int v) {
+  const std::vector<long> l = env_list(name);
+  return l.empty() || std::find(l.begin(), l.end(), long{v}) != l.end();
+}
+
+// The token counts of the table: DSV4_BENCH_T's values (any T in 1 .. kMaxBenchT, in the order
+// given), else the decode sizes up to 256.
+constexpr int kMaxBenchT = 16384;
+std::vector<int> bench_ts() {
+  const std::vector<long> l = env_list("DSV4_BENCH_T");
+  if (l.empty()) return {1, 8, 16, 32, 64, 128, 256};
+  std::vector<int> ts;
+  for (const long x : l) {
+    if (x < 1 || x > kMaxBenchT) {
+      std::fprintf(stderr, "DSV4_BENCH_T: %ld is outside 1..%d\n", x, kMaxBenchT);
+      std::exit(2);
+    }
+    ts.push_back(int(x));
+  }
+  return ts;
 }
 
 void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
@@ -117,11 +134,10 @@ int main(int argc, char** argv) {
               experts.bytes() / bw * 1e3, bw / 1e9);
   std::printf("time to read 6 experts at that rate: %.2f us\n\n", 6 * kExpertBytes / bw * 1e6);
 
-  // T > 256 (prefill-sized calls) only when DSV4_BENCH_T names them; the workspace holds the
-  // largest named one.
-  int Tmax = 2048;
-  for (int T : {3072, 4096, 8192})
-    if (named("DSV4_BENCH_T") && picked("DSV4_BENCH_T", T)) Tmax = T;
+  // The workspace holds the largest T of the table.
+  const std::vector<int> ts = bench_ts();
+  const bool ts_named = !env_list("DSV4_BENCH_T").empty();
+  const int Tmax = std::max(2048, *std::max_element(ts.begin(), ts.end()));
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> xh(size_t(Tmax) * D);
@@ -144,9 +160,8 @@ int main(int argc, char** argv) {
     const char* kinds[] = {"uniform", "skewed", "uniform-noSh", "shared-only"};
     for (int kind = 0; kind < 4; ++kind) {
       if (!picked("DSV4_BENCH_KINDS", kind)) continue;
-      for (int T : {1, 8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 8192}) {
-        if (kind >= 2 && T != 1 && T != 8 && T != 64 && T < 1024) continue;
-        if (!picked("DSV4_BENCH_T", T) || (T > 256 && !named("DSV4_BENCH_T"))) continue;
+      for (const int T : ts) {
+        if (kind >= 2 && !ts_named && T != 1 && T != 8 && T != 64) continue;  // default table: 1, 8, 64
         // R routing sets: k distinct experts per token; skewed: 70% from 16 hot experts.
         std::vector<int32_t> ids(size_t(R) * T * K);
         std::vector<float> wts(ids.size());
