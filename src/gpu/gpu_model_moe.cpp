@@ -120,10 +120,11 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
                               .s3 = w.sw3.s.get(), .w2 = w.sw2.w.get(), .s2 = w.sw2.s.get()};
   args.swiglu_limit = static_cast<float>(c.swiglu_limit);
   args.out = out;
-  // Bytes: every touched expert's weights at most once (upper bound: n·k experts), the
-  // shared expert, activations in and out.
+  // Bytes: every touched expert's weights once — the expected distinct count under uniform
+  // routing, as the profile's roofline counts them (the routing is on the device) — the shared
+  // expert, activations in and out.
   const double expert_bytes = static_cast<double>(3 * I * D / 2 + 3 * I * D / 32);
-  const double touched = static_cast<double>(std::min<int64_t>(E, n * c.num_experts_per_tok));
+  const double touched = prof::expected_distinct_experts(static_cast<double>(E), c.num_experts_per_tok, static_cast<double>(n));
   const double bytes = touched * expert_bytes + 3.0 * I * D + 8.0 * n * D;
   prof::Launch launch("moe_grouped_fp4", bytes, stream_);
   moe_grouped_forward(args, *ws, stream_);

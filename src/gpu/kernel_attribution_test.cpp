@@ -1,10 +1,15 @@
-// CUPTI kernel records -> launcher rows (kernel_attribution.h), on synthetic records: no GPU.
+// CUPTI kernel records -> launcher rows (kernel_attribution.h), on synthetic records, and the
+// profiler's expected expert count (profiler.h): no GPU.
 #include "gpu/kernel_attribution.h"
+#include "gpu/profiler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dsv4::gpu::prof {
@@ -214,6 +219,30 @@ TEST(KernelAttribution, CollectiveSyncSplitsWaitFromLatency) {
   EXPECT_TRUE(collective_sync(r, "no_such_kernel").empty());
   r.erase(std::remove_if(r.begin(), r.end(), [](const KernelRecord& k) { return k.device == 1; }), r.end());
   EXPECT_TRUE(collective_sync(r, "one_shot_all_reduce").empty());  // one device: nothing to pair
+}
+
+// The expected distinct-expert count (the roofline's and the MoE launch's) against a simulation:
+// n tokens, each picking k of E experts uniformly without repeats, 4000 draws per case.
+TEST(Profiler, ExpectedDistinctExpertsMatchesUniformRouting) {
+  std::mt19937 rng(12345);
+  for (const auto [E, k, n] : {std::tuple{256, 6, 1}, {256, 6, 16}, {256, 6, 64}, {256, 6, 512}, {64, 8, 5}}) {
+    double sum = 0;
+    constexpr int kDraws = 4000;
+    for (int d = 0; d < kDraws; ++d) {
+      std::vector<int> ids(E), hit(E, 0);
+      std::iota(ids.begin(), ids.end(), 0);
+      for (int t = 0; t < n; ++t) {
+        for (int j = 0; j < k; ++j) std::swap(ids[j], ids[j + int(rng() % uint32_t(E - j))]);
+        for (int j = 0; j < k; ++j) hit[ids[j]] = 1;
+      }
+      sum += std::count(hit.begin(), hit.end(), 1);
+    }
+    const double want = expected_distinct_experts(E, k, n);
+    EXPECT_NEAR(sum / kDraws, want, 0.25) << "E " << E << " k " << k << " n " << n;
+    EXPECT_LE(want, std::min<double>(E, double(n) * k));
+  }
+  EXPECT_DOUBLE_EQ(expected_distinct_experts(256, 6, 1), 6.0);
+  EXPECT_NEAR(expected_distinct_experts(256, 6, 16), 80.8, 0.05);  // the B = 16 profile's count
 }
 
 }  // namespace

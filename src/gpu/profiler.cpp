@@ -196,12 +196,14 @@ double dense_bytes_of(const BlockW& b) {
 
 }  // namespace
 
+double expected_distinct_experts(double E, double k, double n) { return E * (1.0 - std::pow(1.0 - k / E, n)); }
+
 DecodeBytes decode_must_read(const GpuModel& model, int batch, int64_t context) {
   const model::ModelConfig& c = model.config();
   const GpuWeights& w = model.weights();
   DecodeBytes r;
   const double E = c.n_routed_experts, k = c.num_experts_per_tok;
-  r.expected_experts_per_layer = E * (1.0 - std::pow(1.0 - k / E, batch));
+  r.expected_experts_per_layer = expected_distinct_experts(E, k, batch);
   r.dense_weights = bytes_of(w.head) + double(w.norm.bytes()) + bytes_of(w.hc_head) +
                     double(batch) * c.hidden_size * 2;  // embedding rows
   for (int l = 0; l < c.num_layers(); ++l) {

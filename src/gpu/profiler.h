@@ -99,6 +99,11 @@ model::ModelConfig with_num_layers(model::ModelConfig cfg, int num_layers);
 // the median of `iters` event-timed copies after a warm-up.
 double measure_copy_bandwidth_gbs(int64_t bytes = int64_t{1} << 30, int iters = 10);
 
+// Expected number of distinct experts that n tokens touch when each picks k of E uniformly
+// (without repeats): E·(1 − (1 − k/E)^n), since a token misses a given expert with probability
+// 1 − k/E. The roofline's expert count and the MoE launch's byte estimate.
+double expected_distinct_experts(double E, double k, double n);
+
 // Bytes one decode step (one new token for each of `batch` sequences at `context` positions)
 // must read at least, from the model's own buffers: weights once per step (routed experts:
 // the expected number of distinct experts batch·k picks touch), plus each sequence's state
