@@ -424,7 +424,10 @@ __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant_
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);  // [2][kWideN]
   uint64_t* wbar = reinterpret_cast<uint64_t*>(rows + 2 * kWideN);         // [kWideStages]
-  if (threadIdx.x < kWideStages) mbar_init(wbar + threadIdx.x, 8);          // one arrival per warp
+  if (threadIdx.x < kWideStages) {  // one arrival per warp; the init visible to the bulk copies
+    mbar_init(wbar + threadIdx.x, 8);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
   pdl_wait();
   pdl_trigger();
   const int groups = kUp ? p.I / 64 : p.D / 128;
