@@ -124,7 +124,8 @@ void GpuModel::moe_grouped(const MoeW& w, int64_t n, const float* x, const int32
   // routing, as the profile's roofline counts them (the routing is on the device) — the shared
   // expert, activations in and out.
   const double expert_bytes = static_cast<double>(3 * I * D / 2 + 3 * I * D / 32);
-  const double touched = prof::expected_distinct_experts(static_cast<double>(E), c.num_experts_per_tok, static_cast<double>(n));
+  const double touched =
+      prof::expected_distinct_experts(static_cast<double>(E), c.num_experts_per_tok, static_cast<double>(n));
   const double bytes = touched * expert_bytes + 3.0 * I * D + 8.0 * n * D;
   prof::Launch launch("moe_grouped_fp4", bytes, stream_);
   moe_grouped_forward(args, *ws, stream_);

@@ -47,6 +47,7 @@
 
 #include "gpu/device_math.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/sm90_wgmma_common.cuh"  // shared-memory addresses, cp.async, wgmma fences, mbarriers, bulk copies
 #include "gpu/row_ops.cuh"
 
 namespace dsv4::gpu::moe4 {
@@ -126,17 +127,28 @@ __host__ __device__ __forceinline__ int shared_chunks(int T, int ct) { return 2 
 
 __device__ __forceinline__ int mma_layout_offset(int k) { return (k & ~31) | ((k & 1) << 4) | ((k & 31) >> 1); }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
-}
+// The warpgroup-MMA linears' device helpers (sm90_wgmma_common.cuh). The A registers of a wgmma
+// are computed before wg_fence() and stay untouched until wg_wait0 (ptxas tracks them); the B
+// tile comes from shared memory. fence_proxy_async makes this thread's completed cp.async writes
+// visible to the async proxy (wgmma's shared-memory reads).
+using mma::detail::wgmma::bulk_copy;
+using mma::detail::wgmma::cp_async16;
+using mma::detail::wgmma::fence_proxy_async;
+using mma::detail::wgmma::mbar_expect_tx;
+using mma::detail::wgmma::mbar_init;
+using mma::detail::wgmma::mbar_init_fence;
+using mma::detail::wgmma::mbar_wait;
+using mma::detail::wgmma::smem_addr;
+using mma::detail::wgmma::sw128_desc;
+using mma::detail::wgmma::wg_commit;
+using mma::detail::wgmma::wg_fence;
+using mma::detail::wgmma::wg_wait0;
+
 __device__ __forceinline__ void cp8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 __device__ __forceinline__ void cp4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -144,13 +156,6 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Warpgroup MMA (sm_90a). The A registers of a wgmma are computed before wg_fence() and stay
-// untouched until wg_wait (ptxas tracks them); the B tile comes from shared memory.
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Makes this thread's completed cp.async writes visible to the async proxy (wgmma's smem reads).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Barrier of one warpgroup (128 threads), id 1..15.
 __device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 // Shared-memory descriptor of a K-major, unswizzled B tile of kN rows × 32 bytes stored as
@@ -259,11 +264,11 @@ __device__ __forceinline__ void issue_weights(const ItemWeights& w, int s, uint8
     const int q = lane + 32 * i;  // granule of the stage (0..255)
     const uint8_t* src = kUp ? (i < 4 ? w.wA + s * 2048 + q * 16 : w.wB + s * 2048 + (q - 128) * 16)
                              : w.wA + s * 4096 + q * 16;
-    cp16(st + kWarpStageW + q * 16, src);
+    cp_async16(st + kWarpStageW + q * 16, src);
   }
   if constexpr (!kFp8) {
     if (lane < 16)
-      cp16(st + kWarpStageWs + lane * 16, kUp ? (lane < 8 ? w.sA + s * 128 + lane * 16 : w.sB + s * 128 + (lane - 8) * 16)
+      cp_async16(st + kWarpStageWs + lane * 16, kUp ? (lane < 8 ? w.sA + s * 128 + lane * 16 : w.sB + s * 128 + (lane - 8) * 16)
                                           : w.sA + s * 256 + lane * 16);
   }
 }
@@ -294,7 +299,7 @@ __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* 
   const int g = lane >> 2, t = lane & 3;
   const uint8_t* W = wslot + kWarpStageW;
   // + 2·kN per 32-K block (two 16-byte granule columns of kN rows)
-  const uint64_t desc = b_desc<kN>(smem_u32(gs));
+  const uint64_t desc = b_desc<kN>(smem_addr(gs));
   float4 sx4[kJ];  // token slots 8j + 2t, 8j + 2t + 1: their two 128-K blocks' scales
 #pragma unroll
   for (int j = 0; j < kJ; ++j) sx4[j] = *reinterpret_cast<const float4*>(gs + kXs + (8 * j + 2 * t) * 8);
@@ -439,7 +444,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
       if (weights && kDiag != kDiagMathOnly) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
 #pragma unroll
       for (int u = 0; u < kJ; ++u)
-        if (tn + 8 * u < ch.n) cp16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
+        if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
       if (wt < ch.n) cp8(gs + kXs + wt * 8, ssrc + 2 * s);
     }
     cp_commit();

@@ -18,7 +18,7 @@
 // One ring of kWideStages stages of 256 K across the CTA's items; a stage holds (activations and
 // their scales / records copied by cp.async from all 256 threads, each warp's weights by one
 // lane's bulk copies onto the slot's mbarrier):
-//   activations kWideN slots × 256 B in the 128-byte-swizzled wgmma B layout (b_desc_sw128),
+//   activations kWideN slots × 256 B in the 128-byte-swizzled wgmma B layout (sw128_desc),
 //   then per slot 4 floats: the Q8 scales of 128-K blocks 2s−2 .. 2s+1
 //   (the first two only for s > 0: the FP4 accumulator's rescale at block edges needs the
 //   previous block's scale);
@@ -29,15 +29,9 @@
 #include <cstdint>
 
 #include "gpu/sm90_moe_fp4.cuh"
-#include "gpu/sm90_moe_group.cuh"   // q8_row_cta, stage_record
-#include "gpu/sm90_wgmma_common.cuh"  // mbarriers, bulk copies
+#include "gpu/sm90_moe_group.cuh"  // q8_row_cta, stage_record
 
 namespace dsv4::gpu::moe4 {
-
-using mma::detail::wgmma::bulk_copy;
-using mma::detail::wgmma::mbar_expect_tx;
-using mma::detail::wgmma::mbar_init;
-using mma::detail::wgmma::mbar_wait;
 
 constexpr int kWideN = 128;      // the most tokens of a chunk (the kernels' NW: kWideN or kWideHalfN)
 constexpr int kWideHalfN = 64;   // chunks of one column half (variant 12)
@@ -67,14 +61,11 @@ __device__ __forceinline__ void wgmma_e4m3_n64(float (&d)[32], const uint32_t (&
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
-// Shared-memory descriptor of a stage's activations in the 128-byte-swizzled K-major layout:
-// K-half hk (128 K) of slot n is the 128-byte row at hk·NW·128 + n·128, its 16-byte granule
-// c stored at granule c ^ (n & 7) (so a warp's copy of whole rows writes whole 128-byte lines,
-// and the global reads are contiguous rows); 8-row groups 1024 B apart (stride byte offset).
-// The stage base must be 1024-byte aligned.
-__device__ __forceinline__ uint64_t b_desc_sw128(uint32_t saddr) {
-  return uint64_t((saddr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
+// A stage's activations are in the 128-byte-swizzled K-major layout (descriptor: sw128_desc,
+// sm90_wgmma_common.cuh): K-half hk (128 K) of slot n is the 128-byte row at hk·NW·128 + n·128,
+// its 16-byte granule c stored at granule c ^ (n & 7) (so a warp's copy of whole rows writes
+// whole 128-byte lines, and the global reads are contiguous rows); 8-row groups 1024 B apart
+// (stride byte offset). The stage base must be 1024-byte aligned.
 // Descriptor offset (16-byte units) of 32-K block kb (0..7) of the stage and of column half
 // `half` (slots 64·half ..): within a K-half the start address moves by 32 bytes per block.
 template <int NW>
@@ -153,7 +144,7 @@ __device__ __forceinline__ void wide_fma_fp4(float (&acc)[64], const float (&d)[
 // factors s_x(old) / s_x(new) at a 128-K block edge (exact powers of two; moe_item's scale_cols),
 // or the last block's s_x·2⁶.
 template <int NW>
-__device__ __forceinline__ void wide_ratios(float (&r)[32], const float* plane, int t) {
+__device__ __forceinline__ void wide_record_plane(float (&r)[32], const float* plane, int t) {
 #pragma unroll
   for (int j = 0; j < NW / 8; ++j) {
     const float2 v = *reinterpret_cast<const float2*>(plane + 8 * j + 2 * t);
@@ -179,7 +170,7 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
                                            int lane, float (&acc)[64]) {
   const int g = lane >> 2, t = lane & 3;
   const float* scales = reinterpret_cast<const float*>(act + kWideAct);
-  const uint64_t desc = b_desc_sw128(smem_u32(act));
+  const uint64_t desc = sw128_desc(smem_addr(act));
   if constexpr (!kFp8) {
     const uint2 sr0 = *reinterpret_cast<const uint2*>(W + 4096 + g * 8);
     const uint2 sr1 = *reinterpret_cast<const uint2*>(W + 4096 + (g + 8) * 8);
@@ -206,7 +197,7 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
       if (kb < 7) wload(kb + 1, w0, w1);
       if ((kb == 0 && s > 0) || kb == 4) {
         float r[32];
-        wide_ratios<NW>(r, scales + (kb == 4 ? kWideN : 0), t);
+        wide_record_plane<NW>(r, scales + (kb == 4 ? kWideN : 0), t);
         wide_rescale<NW>(acc, r);
       }
       wg_wait0();
@@ -215,7 +206,7 @@ __device__ __forceinline__ void wide_stage(const uint8_t* W, const uint8_t* act,
     }
     if (last) {  // u → acc = u·2⁶·s_x of the last block
       float m[32];
-      wide_ratios<NW>(m, scales + 2 * kWideN, t);
+      wide_record_plane<NW>(m, scales + 2 * kWideN, t);
       wide_rescale<NW>(acc, m);
     }
   } else {
@@ -328,7 +319,7 @@ __device__ __forceinline__ void wide_issue(const Params& p, const WideItem& it, 
           *reinterpret_cast<const int4*>(rows + it.rb * kWideN + n0 * (NW / 16) + 4 * v);
 #pragma unroll
     for (int i = 0; i < NW / 16; ++i)
-      if (off[i] >= 0) cp16(dst + 16 * i * 128, src + off[i]);
+      if (off[i] >= 0) cp_async16(dst + 16 * i * 128, src + off[i]);
     if (tid < it.ch.n) {
       float* sc = reinterpret_cast<float*>(st + kWideAct);
       if constexpr (kFp8) {
@@ -421,12 +412,12 @@ __global__ void __launch_bounds__(512) moe_h_q8_kernel(const __grid_constant__ P
 template <bool kUp, bool kFp8, int kDiag = kDiagNone, int NW = kWideN>
 __global__ void __launch_bounds__(256, 1) moe_wide_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   int* rows = reinterpret_cast<int*>(smem + kWideStages * kWideStage);  // [2][kWideN]
   uint64_t* wbar = reinterpret_cast<uint64_t*>(rows + 2 * kWideN);         // [kWideStages]
   if (threadIdx.x < kWideStages) {  // one arrival per warp; the init visible to the bulk copies
     mbar_init(wbar + threadIdx.x, 8);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   pdl_wait();
   pdl_trigger();

@@ -75,6 +75,9 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
+// After mbar_init, before any bulk copy completes on the barrier: the initialization visible to
+// the async proxy.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
@@ -137,7 +140,7 @@ __device__ __forceinline__ void bulk_ring_init(uint64_t* full, int* released) {
       mbar_init(full + s, 1);
       released[s] = 0;
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
 }
 // After bulk_ring_init (and whatever the caller staged in shared memory before the wait): the
