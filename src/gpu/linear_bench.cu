@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   const Lin8Shape lin8s[] = {{"wq_a 1024x4096", 1024, 4096},       {"wkv 512x4096", 512, 4096},
                              {"wq_b 16384x1024", 16384, 1024},     {"wo_b 4096x4096", 4096, 4096},
                              {"shared w1/w3 1024x4096", 1024, 4096}, {"shared w2 4096x1024", 4096, 1024},
-                             {"idx wq_b 4096x1024", 4096, 1024}};
+                             {"idx wq_b 4096x1024", 4096, 1024},   {"tp1 wq_b 32768x1024", 32768, 1024},
+                             {"tp1 wo_b 4096x8192", 4096, 8192},   {"tp1 idx wq_b 8192x1024", 8192, 1024}};
   for (const auto& sh : lin8s) {
     if (!wanted(sh.name)) continue;
     const int64_t wb = sh.out * sh.in, sb = ((sh.out + 127) / 128) * ((sh.in + 127) / 128);

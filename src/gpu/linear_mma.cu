@@ -482,12 +482,22 @@ bool dense_bulk_enabled() {
 // 4096 at 128 rows 91.4 → 74.7, compressor 1024 × 4096 at 512 rows 90.3 → 52.6 but at 256 rows
 // (16 tiles) 46.6 vs 51.3.
 constexpr int64_t kBulkLin8MinRows = 512, kBulkLin8MinCtas = 128, kBulkDenseMinRows = 128, kBulkDenseMinCtas = 32;
+// lin8 calls of kStreamLin8MinRows .. kStreamLin8MaxRows rows with at least 120 output tiles of
+// 128 take the TMA-streamed kernel (sm90_lin8_stream.cu, same bits) unless DSV4_LIN8_STREAM=0.
+// Rule from H200 gpu_linear_bench (docs/decode-linears.md, round 15): wq_b 32768 × 1024 at 16 /
+// 32 / 64 rows 21.0 / 36.9 / 42.3 → 15.7 / 25.0 / 32.8 µs; at 1 row, and wherever its cluster
+// split runs (fewer tiles), the register-fed tiles stay ahead.
+constexpr int64_t kStreamLin8MinRows = 9, kStreamLin8MaxRows = 64;
+bool lin8_stream_enabled() {
+  static const bool on = env_switch_on("DSV4_LIN8_STREAM");
+  return on;
+}
 int64_t bulk_ctas(const Args& a) { return output_tile_rows(a, 128) * ceil_tiles(a.rows, 128); }
 
 // The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 // Forced tiles (tests, benchmarks): 0 .. kNumTiles − 1 the register-fed tiles, kNumTiles the
 // staged kernel, kNumTiles + 1 the warpgroup-MMA lin8, kNumTiles + 2 the bulk-copy forms (lin8
-// and bf16 dense; other calls: the default choice).
+// and bf16 dense), kNumTiles + 3 the TMA-streamed lin8 (≤ 64 rows, any tile count); other calls: the default choice.
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
   constexpr bool kStaged = WT != Wt::kFp8AsBf16;
@@ -495,12 +505,17 @@ bool dispatch(const Args& a, cudaStream_t s) {
     if (g_forced_tile == kNumTiles && launch_staged<WT>(a, s)) return true;  // the staged tile, forced
   if constexpr (WT == Wt::kFp8)
     if ((g_forced_tile == kNumTiles + 1 && launch_wgmma_lin8(a, s)) ||
-        (g_forced_tile == kNumTiles + 2 && launch_bulk_lin8(a, s)))
+        (g_forced_tile == kNumTiles + 2 && launch_bulk_lin8(a, s)) ||
+        (g_forced_tile == kNumTiles + 3 && launch_stream_lin8(a, s, true)))
       return true;
   if constexpr (WT == Wt::kBf16)
     if (g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) return true;
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && tile_fits(kTiles[g_forced_tile], a))
     return launch_tile<WT>(g_forced_tile, a, s);
+  if constexpr (WT == Wt::kFp8)
+    if (a.rows >= kStreamLin8MinRows && a.rows <= kStreamLin8MaxRows && lin8_stream_enabled() &&
+        launch_stream_lin8(a, s, false))
+      return true;
   if constexpr (WT == Wt::kFp8)
     if (a.rows >= kBulkLin8MinRows && a.rows < kWgmmaMinRows && bulk_ctas(a) >= kBulkLin8MinCtas &&
         lin8_wgmma_enabled() && lin8_bulk_enabled() && launch_bulk_lin8(a, s))
@@ -590,7 +605,9 @@ bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, co
   return dispatch<Wt::kFp8>(a, s);
 }
 
-int tile_count() { return kNumTiles + 3; }  // the register-fed tiles, the staged one, the two wgmma forms
-void force_tile(int i) { g_forced_tile = i >= 0 && i <= kNumTiles + 2 ? i : -1; }
+int tile_count() { return kNumTiles + 4; }  // the register-fed tiles, the staged one, three wgmma forms
+int bulk_tile() { return kNumTiles + 2; }
+int stream_tile() { return kNumTiles + 3; }
+void force_tile(int i) { g_forced_tile = i >= 0 && i < tile_count() ? i : -1; }
 
 }  // namespace dsv4::gpu::mma

@@ -69,11 +69,13 @@ bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, co
                 cudaStream_t s);
 
 // Tests and benchmarks: run every later call on tile configuration i (0 .. tile_count() − 1; the
-// last three are the shared-memory-staged kernel, its warpgroup-MMA lin8 form and the bulk-copy
-// forms of lin8 and bf16 dense; a tile that does not fit a call falls back to the default),
-// −1 = choose by rows again.
-// Every tile gives the same bits. Not thread-safe; not for the model.
+// last four are the shared-memory-staged kernel, its warpgroup-MMA lin8 form, the bulk-copy
+// forms of lin8 and bf16 dense (bulk_tile()) and the TMA-streamed lin8 for ≤ 64 rows
+// (stream_tile()); a tile that does not fit a call falls back to the default), −1 = choose by
+// rows again. Every tile gives the same bits. Not thread-safe; not for the model.
 int tile_count();
+int bulk_tile();
+int stream_tile();
 void force_tile(int i);
 
 }  // namespace dsv4::gpu::mma

@@ -190,6 +190,11 @@ bool launch_wgmma_lin8(const Args& a, cudaStream_t s);
 // small conversion launches first; declines x_row_div ≠ 1, grouped calls, and calls its scratch
 // is too small for while capturing).
 bool launch_bulk_lin8(const Args& a, cudaStream_t s);
+// lin8 for ≤ 64 rows on TMA-streamed weights and register-A wgmma (sm90_lin8_stream.cu: 128-output
+// tiles; calls of fewer than 120 tiles split the chains over a cluster, which only any_shape
+// takes): the same bits; declines x_row_div ≠ 1, grouped calls, in > 16384 (> 8192 above 16 rows)
+// and a missing tensor-map encoder.
+bool launch_stream_lin8(const Args& a, cudaStream_t s, bool any_shape);
 // The bf16 dense path in the same form (sm90_dense_bulk.cu: x split into bf16 hi / lo tiles, a lo
 // flag per block).
 bool launch_bulk_dense(const Args& a, cudaStream_t s);

@@ -497,7 +497,7 @@ TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
 
 // Weightless bf16 head RMS (cpu attention.cpp head_rms_bf16, restated here: it is internal).
 
-// The bulk-copy wgmma lin8 (sm90_lin8_bulk.cu, the last forced tile; the default from
+// The bulk-copy wgmma lin8 (sm90_lin8_bulk.cu, mma::bulk_tile(); the default from
 // kWgmmaMinRows rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks (chains
 // with no, one and four blocks), outputs with partial 128-tiles and scale blocks, rows with
 // partial 128-row tiles, rounded and not, and lin8_multi's segments (each segment's own tiles).
@@ -541,7 +541,7 @@ TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
       };
       const auto want = run(0, false);  // the first register-fed tile
       for (const bool multi : {false, true}) {
-        const auto got = run(mma::tile_count() - 1, multi);
+        const auto got = run(mma::bulk_tile(), multi);
         for (int j = 0; j < 3; ++j)
           EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * sizeof(float)))
               << "in " << in << " tiny " << tiny << " rows " << rows << " output " << j << " multi " << multi;
@@ -550,7 +550,62 @@ TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
   }
 }
 
-// The bulk-copy bf16 dense kernel (sm90_dense_bulk.cu, the last forced tile; the default from
+// The TMA-streamed lin8 for ≤ 16 rows (sm90_lin8_stream.cu, mma::stream_tile()) equals the
+// register-fed tiles bit for bit: rows 1 … 16 (one and two n8 fragments, partial ones), K of 4, 8,
+// 32 and 64 blocks (chains with no, one, four and eight blocks), every cluster size (out 72 … 1040:
+// 8 CTAs a tile; 4000: 4; 8000: 2; 15500: 1 — the chains summed through distributed shared
+// memory or in registers), partial output tiles, rounded and not, tiny scales, and lin8_multi.
+TEST(Lin8StreamTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const auto [in, tiny] : {std::pair{int64_t{512}, false}, std::pair{int64_t{1024}, false},
+                                std::pair{int64_t{4096}, true}, std::pair{int64_t{8192}, false}}) {
+    std::vector<int64_t> outs_n = {1040, 384, 72};
+    if (in <= 1024) outs_n.insert(outs_n.end(), {4000, 8000, 15500});
+    const int nw = int(outs_n.size());
+    std::vector<Fp8Case> cases;
+    std::vector<DeviceBuffer<uint8_t>> dw, ds;
+    for (int j = 0; j < nw; ++j) {
+      cases.emplace_back(outs_n[j], in, 900 + 7 * j + in);
+      if (tiny)
+        for (size_t i = 0; i < cases.back().sc.size(); i += 3) cases.back().sc[i] = 5;
+      dw.push_back(to_device(cases.back().codes));
+      ds.push_back(to_device(cases.back().sc));
+    }
+    for (const int64_t rows : {1, 5, 8, 9, 16, 24, 33, 64}) {
+      auto dx = to_device(random_bf16(rows * in, 1.0f, 950 + rows + in));
+      DeviceBuffer<uint8_t> q(rows * in);
+      DeviceBuffer<float> qs(rows * in / 128);
+      quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
+      auto run = [&](int tile, bool multi) {
+        mma::force_tile(tile);
+        std::vector<DeviceBuffer<float>> y;
+        std::vector<Lin8Out> outs(nw);
+        for (int j = 0; j < nw; ++j) {
+          y.emplace_back(rows * outs_n[j]);
+          outs[j] = {.w = dw[j].get(), .ws = ds[j].get(), .out = outs_n[j], .y = y[j].get(), .round_out = j != 1};
+          if (!multi)
+            lin8(q.get(), qs.get(), rows, 1, dw[j].get(), ds[j].get(), outs_n[j], in, nullptr, y[j].get(), nullptr,
+                 outs[j].round_out);
+        }
+        if (multi) lin8_multi(q.get(), qs.get(), rows, in, std::span<const Lin8Out>(outs.data(), 3), nullptr);
+        std::vector<std::vector<float>> h;
+        for (int j = 0; j < (multi ? 3 : nw); ++j) h.push_back(y[j].download());
+        mma::force_tile(-1);
+        return h;
+      };
+      const auto want = run(0, false);  // the first register-fed tile
+      for (const bool multi : {false, true}) {
+        const auto got = run(mma::stream_tile(), multi);
+        for (size_t j = 0; j < got.size(); ++j)
+          EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * sizeof(float)))
+              << "in " << in << " tiny " << tiny << " rows " << rows << " output " << j << " (out " << outs_n[j]
+              << ") multi " << multi;
+      }
+    }
+  }
+}
+
+// The bulk-copy bf16 dense kernel (sm90_dense_bulk.cu, mma::bulk_tile(); the default from
 // 2048 rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks, bf16-valued
 // and fp32 activations (the lo tiles), rounded with a post_scale and not, grouped (wo_a's form)
 // and dense_linear_multi's segments, with partial row and output tiles.
@@ -584,7 +639,7 @@ TEST(DenseBulkTest, EqualsTheRegisterTilesBitForBit) {
         mma::force_tile(-1);
         return h;
       };
-      const auto want = run(0), got = run(mma::tile_count() - 1);
+      const auto want = run(0), got = run(mma::bulk_tile());
       for (size_t k = 0; k < want.size(); ++k)
         EXPECT_EQ(0, std::memcmp(got[k].data(), want[k].data(), want[k].size() * sizeof(float)))
             << "in " << in << " rows " << rows << " call " << k;

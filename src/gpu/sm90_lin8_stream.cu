@@ -1,0 +1,439 @@
+// lin8 for decode-size calls (1 … 64 rows) on sm_90a warpgroup MMAs, the weights streamed by the
+// tensor-memory accelerator: the same bits as every other lin8 kernel (linear_mma.h numerics).
+//
+// Why another form: the register-fed tiles (linear_mma.cu) run at 16–64 rows at 15–40 % of HBM
+// (docs/decode-linears.md). Here one thread per CTA keeps a ring of boxes of 128 weight rows ×
+// 128 bytes in flight (cp.async.bulk.tensor onto mbarriers), and the MMAs are warpgroup MMAs.
+// Measured (H200, round 15 of docs/decode-linears.md): faster where the call has ≥ 120 tiles and
+// ≥ 9 rows (wq_b 32768 × 1024 at 64 rows 42.3 → 32.8 µs); slower at one row and wherever the
+// cluster split below runs — linear_mma.cu takes it only where it wins.
+//
+// Why the same bits: per 128-K block a fresh chain of 8 f16 MMA k16 steps over the block's e4m3
+// values converted exactly to f16, step s of lane (g, t) taking physical k 32t + 4s + {0, 1} into
+// MMA k {2t, 2t+1} and 32t + 4s + {2, 3} into {2t+8, 2t+9} (sm90_lin8_bulk.cu: 8 chained `wgmma
+// m64nNk16 f16` over the same values in the same k positions give the mma.sync chain's bits);
+// then acc = acc + part·(s_x·s_w) in fp32 over chain c's blocks c, c + 8, … and the chains' sums
+// added in chain order (--fmad=false: no contraction).
+//
+// CTA = 2 consumer warpgroups + 1 producer warp (288 threads); tile = 128 outputs × N rows (N =
+// 8·NJ, NJ ∈ {1, 2, 4, 8}). Warpgroup h owns outputs [64h, +64): per block, `wgmma m64nNk16 f16`
+// with A from registers — lane (g, t) of warp w converts bytes 32t .. 32t + 31 of weight rows
+// 16w + g and 16w + g + 8 (step s: word s) — and B the block's activations, which the consumers
+// convert once per block into an f16 tile (the bulk kernel's 128-byte-swizzled K-major layout,
+// double-buffered) before a named barrier. A cluster of S CTAs (x) splits the 8 chains of one
+// tile: rank r walks chains [r·8/S, (r+1)·8/S), keeps each chain's sum in registers, parks them
+// in its (then idle) ring, and after a cluster barrier rank r adds all 8 chains in order for its
+// 128/S outputs, reading the other CTAs' chains through distributed shared memory.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
+#include "gpu/linear_mma_common.cuh"
+#include "gpu/pdl.cuh"
+#include "gpu/sm90_wgmma_common.cuh"
+
+namespace dsv4::gpu::mma::detail {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kOut = 128;                      // outputs of a CTA tile (one weight-scale row)
+constexpr int64_t kStreamMaxRows = 64;
+constexpr int kConsumers = 256, kThreads = kConsumers + 32;
+constexpr int kWBytes = kOut * 128;            // a block's weight box: 128 rows × 128 codes
+
+// Per row tile (NJ n8 fragments): ring depth, K blocks whose activation scales fit, chains a CTA
+// of a cluster (S ≥ 2) holds in registers, CTAs an SM (≤ 16 rows: two, ≤ 113 registers).
+template <int NJ>
+struct Layout {
+  static constexpr int kStages = NJ <= 2 ? 5 : NJ == 4 ? 6 : 5;
+  static constexpr int kMaxKBlocks = NJ <= 2 ? 128 : 64;
+  static constexpr int kMaxHeld = NJ <= 2 ? 4 : NJ == 4 ? 2 : 1;
+  static constexpr int kMinBlocks = NJ <= 2 ? 2 : 1;
+  static constexpr int kRows = 8 * NJ;
+  static constexpr int kXRaw = kRows * 128;    // the block's activation codes, row-major
+  static constexpr int kStage = kWBytes + kXRaw;          // a multiple of 1024
+  static constexpr int kXF16 = kRows * 256;    // an f16 B tile: two atoms of kRows × 128 B
+  static constexpr int kTiles = kStages * kStage;         // two B tiles (block n: tile n % 2)
+  static constexpr int kBars = kTiles + 2 * kXF16;        // full[kStages], empty[kStages]
+  static constexpr int kSw = kBars + 2 * kStages * 8;     // weight scales [kblocks]
+  static constexpr int kXs = kSw + kMaxKBlocks * 4;       // activation scales [kblocks][kRows]
+  static constexpr int kSmem = 1024 + kXs + kMaxKBlocks * kRows * 4;
+  static_assert(kStage % 1024 == 0, "stages must keep the 1024-byte swizzle alignment");
+  static_assert(kMaxHeld * kOut * kRows * 4 <= kTiles, "the held chains must fit in the ring");
+  static_assert(kSmem <= 232448 / kMinBlocks, "shared memory for kMinBlocks CTAs an SM");
+};
+
+struct Maps {
+  CUtensorMap w[kMaxDenseSegments];  // weights [out, in] of each segment (or the one weight)
+  CUtensorMap x;                     // activation codes [rows, in]
+};
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void named_sync_consumers() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster_f32(const float* p, int rank) {
+  uint32_t remote;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  float v;  // after the cluster barrier: a plain load, free to be issued with its neighbours
+  asm("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote));
+  return v;
+}
+
+// d (+)= A(64 × 16, registers: a[0..3] the mma.sync m16n8k16 A fragment of the warp's 16 rows) ·
+// B(N × 16 at bdesc)ᵀ, f16, fp32 accumulate; fresh when !acc.
+template <int NJ>
+__device__ __forceinline__ void wgmma_rs(float (&d)[4 * NJ], const uint32_t (&a)[4], uint64_t bdesc, bool acc) {
+  if constexpr (NJ == 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
+  } else if constexpr (NJ == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, "
+        "1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
+  } else if constexpr (NJ == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
+  } else {
+    static_assert(NJ == 8, "8, 16, 32 or 64 rows");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
+  }
+}
+
+// Blocks of chain c (c, c + 8, … below kblocks).
+__device__ __forceinline__ int chain_blocks(int c, int kblocks) { return c < kblocks ? (kblocks - c + 7) / 8 : 0; }
+// The n-th block of chains c0, c0 + 1, … walked in order (n below their block count).
+__device__ __forceinline__ int local_block(int n, int c0, int kblocks) {
+  int c = c0;
+  for (int cnt = chain_blocks(c, kblocks); n >= cnt; cnt = chain_blocks(++c, kblocks)) n -= cnt;
+  return c + kWarps * n;
+}
+
+template <int NJ>
+__global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
+    lin8_stream_kernel(Args a, const __grid_constant__ Maps maps, int S) {
+  using L = Layout<NJ>;
+  constexpr int kStages = L::kStages, kMaxHeld = L::kMaxHeld;
+  constexpr int N = L::kRows;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* sm = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(sm + L::kBars);
+  uint64_t* empty = full + kStages;
+  float* sw_s = reinterpret_cast<float*>(sm + L::kSw);
+  float* xs_s = reinterpret_cast<float*>(sm + L::kXs);  // [kb][row]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int rank = int(blockIdx.x) % S, held = kWarps / S, c0 = rank * held;
+  TileArgs ta = resolve_tile(a, kOut, N);
+  ta.n0 = int64_t(blockIdx.x / S) * N;
+  const int kblocks = int(a.in / 128);
+  int seg = 0;  // the weight map of this tile (resolve_tile's segment, found again by index)
+  if (a.nseg > 0)
+    for (int i = 1; i < kMaxDenseSegments; ++i)
+      if (i < a.nseg && int64_t(blockIdx.y) >= a.seg[i].tile0) seg = i;
+  int nloc = 0;
+  for (int c = c0; c < c0 + held; ++c) nloc += chain_blocks(c, kblocks);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, kConsumers / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();  // the barriers initialized
+
+  if (warp == kConsumers / 32) {  // ---- producer: one lane issues every copy ----
+    if (lane == 0) {
+      const CUtensorMap* wmap = &maps.w[0];
+#pragma unroll
+      for (int i = 1; i < kMaxDenseSegments; ++i)
+        if (i == seg) wmap = &maps.w[i];
+      // The first ring's weights before the wait (weights are not written by earlier kernels),
+      // its activations after it, then one block per released stage.
+      const int first = nloc < kStages ? nloc : kStages;
+      for (int n = 0; n < first; ++n) {
+        mbar_expect_tx(full + n, kWBytes + L::kXRaw);
+        tma_load_2d(sm + n * L::kStage, wmap, local_block(n, c0, kblocks) * 128, int(ta.o0), full + n);
+      }
+      pdl_wait();
+      pdl_trigger();
+      for (int n = 0; n < first; ++n)
+        tma_load_2d(sm + n * L::kStage + kWBytes, &maps.x, local_block(n, c0, kblocks) * 128, int(ta.n0),
+                    full + n);
+      for (int n = first; n < nloc; ++n) {
+        const int s = n % kStages, kb = local_block(n, c0, kblocks);
+        uint8_t* st = sm + s * L::kStage;
+        mbar_wait(empty + s, uint32_t((n / kStages - 1) & 1));
+        mbar_expect_tx(full + s, kWBytes + L::kXRaw);
+        tma_load_2d(st, wmap, kb * 128, int(ta.o0), full + s);
+        tma_load_2d(st + kWBytes, &maps.x, kb * 128, int(ta.n0), full + s);
+      }
+    }
+    __syncwarp();
+  } else {  // ---- consumers ----
+    // Weight scales are not written by earlier kernels: read before the wait.
+    for (int i = threadIdx.x; i < kblocks; i += kConsumers)
+      sw_s[i] = e8m0_to_float(__ldg(ta.ws + (ta.o0 / 128) * kblocks + i));
+    pdl_wait();
+    for (int i = threadIdx.x; i < kblocks * N; i += kConsumers) {
+      const int kb = i / N, r = i % N;
+      xs_s[i] = ta.n0 + r < a.rows ? __ldg(a.xs + (ta.n0 + r) * kblocks + kb) : 0.0f;
+    }
+    named_sync_consumers();
+    const int h = warp >> 2, w = warp & 3;
+    const int R0 = 64 * h + 16 * w + g, R1 = R0 + 8;
+    // total: the chains' sum (S = 1) or, in a cluster, the first held chain; hold: the others.
+    float total[4 * NJ], acc[4 * NJ], hold[kMaxHeld > 1 ? kMaxHeld - 1 : 1][4 * NJ];
+#pragma unroll
+    for (int i = 0; i < 4 * NJ; ++i) total[i] = acc[i] = 0.0f;
+#pragma unroll
+    for (int l = 0; l + 1 < kMaxHeld; ++l)
+#pragma unroll
+      for (int i = 0; i < 4 * NJ; ++i) hold[l][i] = 0.0f;
+    int n = 0;
+#pragma unroll 1
+    for (int c = c0; c < c0 + held; ++c) {
+#pragma unroll 1
+      for (int kb = c; kb < kblocks; kb += kWarps, ++n) {
+        const int s = n % kStages;
+        uint8_t* st = sm + s * L::kStage;
+        const uint8_t* xraw = st + kWBytes;
+        // B tile n % 2 is free: every warp passed block n − 1's barrier after block n − 2's MMAs.
+        uint8_t* xt = sm + L::kTiles + (n & 1) * L::kXF16;
+        mbar_wait(full + s, uint32_t((n / kStages) & 1));
+        // The block's activations into the f16 B tile: item (row p, chunk C) = logical pairs
+        // 4C .. 4C + 3, pair i from physical k 32i + 4·(C / 2) + 2·(C % 2).
+        for (int item = threadIdx.x; item < 16 * N; item += kConsumers) {
+          const int p = item >> 4, C = item & 15;
+          uint32_t o[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t wd = *reinterpret_cast<const uint32_t*>(xraw + p * 128 + 32 * i + 4 * (C >> 1));
+            o[i] = e4m3x2_to_f16x2(wd >> (16 * (C & 1)));
+          }
+          *reinterpret_cast<uint4*>(xt + sw128_chunk_offset(N, p, C)) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+        fence_proxy_async();
+        named_sync_consumers();
+        // The warp's weight rows R0, R1: bytes 32t .. 32t + 31 (chunks 2t, 2t + 1, swizzled by row).
+        uint4 wv[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          wv[0][q] = *reinterpret_cast<const uint4*>(st + R0 * 128 + (((2 * t + q) ^ (R0 & 7)) << 4));
+          wv[1][q] = *reinterpret_cast<const uint4*>(st + R1 * 128 + (((2 * t + q) ^ (R1 & 7)) << 4));
+        }
+        uint32_t af[8][4];  // step k's A fragment: word k of both rows, f16 pairs (lower k, upper k)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const uint32_t w0 = word(wv[0], k), w1 = word(wv[1], k);
+          af[k][0] = e4m3x2_to_f16x2(w0);
+          af[k][1] = e4m3x2_to_f16x2(w1);
+          af[k][2] = e4m3x2_to_f16x2(w0 >> 16);
+          af[k][3] = e4m3x2_to_f16x2(w1 >> 16);
+        }
+        float part[4 * NJ] = {};
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          wgmma_rs<NJ>(part, af[k], sw128_desc(smem_addr(xt) + (k >> 2) * (N * 128) + (k & 3) * 32), k > 0);
+        wg_commit();
+        wg_wait0();
+        // Every read of stage s is done (weights in registers, the B tile by the waited MMAs, the
+        // codes before the barrier): release it to the producer.
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + s);
+        const float sw = sw_s[kb];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int c2 = 0; c2 < 2; ++c2) {
+            const float m = xs_s[kb * N + 8 * j + 2 * t + c2] * sw;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) acc[4 * j + 2 * r + c2] = acc[4 * j + 2 * r + c2] + part[4 * j + 2 * r + c2] * m;
+          }
+      }
+      // Chain c is done (a chain without blocks adds zeros, as the register kernel's idle warps do).
+      if (S == 1 || c == c0) {
+#pragma unroll
+        for (int i = 0; i < 4 * NJ; ++i) total[i] = c == c0 ? acc[i] : total[i] + acc[i];
+      } else {
+#pragma unroll
+        for (int l = 0; l + 1 < kMaxHeld; ++l)
+          if (l + 1 == c - c0)
+#pragma unroll
+            for (int i = 0; i < 4 * NJ; ++i) hold[l][i] = acc[i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4 * NJ; ++i) acc[i] = 0.0f;
+    }
+    if (S == 1) {
+      store_tile<NJ>(ta, a.rows, total, h, w, g, t);
+    } else {
+      // Park the held chains in the ring (every copy has landed and been read): chain l of output
+      // o (0..127), row r at ((l·128 + o)·N + r).
+      float* park = reinterpret_cast<float*>(sm);
+      named_sync_consumers();
+#pragma unroll
+      for (int l = 0; l < kMaxHeld; ++l)
+        if (l < held)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int c2 = 0; c2 < 2; ++c2)
+                park[(l * kOut + 64 * h + 16 * w + g + 8 * r) * N + 8 * j + 2 * t + c2] =
+                    l == 0 ? total[4 * j + 2 * r + c2] : hold[l > 0 ? l - 1 : 0][4 * j + 2 * r + c2];
+    }
+  }
+  if (S == 1) return;
+  cluster_sync();
+  if (threadIdx.x < kConsumers) {  // rank r adds outputs [r·128/S, +128/S) over the 8 chains in order
+    const float* park = reinterpret_cast<const float*>(sm);
+    const int per = kOut / S;
+    for (int i = threadIdx.x; i < per * N; i += kConsumers) {
+      const int o = rank * per + i / N, r = i % N;
+      float x[kWarps];
+#pragma unroll
+      for (int c = 0; c < kWarps; ++c) x[c] = ld_cluster_f32(park + ((c % held) * kOut + o) * N + r, c / held);
+      float v = x[0];
+#pragma unroll
+      for (int c = 1; c < kWarps; ++c) v = v + x[c];
+      const int64_t oo = ta.o0 + o, row = ta.n0 + r;
+      if (oo < ta.o_end && row < a.rows) ta.y[row * ta.out + oo] = ta.round ? round_bf16(v) : v;
+    }
+  }
+  cluster_sync();  // no CTA leaves while another reads its chains
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    (void)cudaGetLastError();
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A 2-D map of a row-major byte matrix [rows, cols] read in boxes of 128 bytes × box_rows rows
+// (rows beyond the matrix read as zeros); swizzled for the weight boxes.
+bool encode_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int box_rows, bool swizzle) {
+  const auto enc = tensor_map_encoder();
+  if (enc == nullptr) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols)};
+  const cuuint32_t box[2] = {128, cuuint32_t(box_rows)}, estr[2] = {1, 1};
+  return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estr,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The cluster size: the fewest of 1, 2, 4, 8 CTAs per tile that give at least kMinCtas CTAs
+// (and, when split, few enough chains per CTA for its registers).
+constexpr int64_t kMinCtas = 120;
+int cluster_for(int64_t tiles, int max_held) {
+  int S = 1;
+  while (S < 8 && tiles * S < kMinCtas) S *= 2;
+  return S > 1 && S < kWarps / max_held ? kWarps / max_held : S;
+}
+
+template <int NJ>
+void launch(const Args& a, const Maps& maps, dim3 grid, int S, cudaStream_t s) {
+  using L = Layout<NJ>;
+  static std::once_flag attr_set[kMaxDevices];
+  call_once_per_device(attr_set, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(lin8_stream_kernel<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(lin8_stream_kernel<NJ>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  });
+  cudaLaunchAttribute attr[2];
+  unsigned na = 0;
+  attr[na].id = cudaLaunchAttributeClusterDimension;
+  attr[na].val.clusterDim.x = unsigned(S);
+  attr[na].val.clusterDim.y = 1;
+  attr[na].val.clusterDim.z = 1;
+  ++na;
+  if (pdl_enabled()) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = size_t(L::kSmem);
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, lin8_stream_kernel<NJ>, a, maps, S));
+}
+
+}  // namespace
+
+bool launch_stream_lin8(const Args& a0, cudaStream_t s, bool any_shape) {
+  Args a = a0;
+  const int NJ = a.rows <= 8 ? 1 : a.rows <= 16 ? 2 : a.rows <= 32 ? 4 : 8;
+  const int max_kblocks = NJ <= 2 ? Layout<1>::kMaxKBlocks : Layout<8>::kMaxKBlocks;
+  if (a.rows > kStreamMaxRows || a.x_row_div != 1 || (a.nseg == 0 && a.opg != a.out) || a.in % 128 != 0 ||
+      a.in / 128 > max_kblocks || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
+    return false;
+  dim3 grid;
+  if (!tiled_grid(a, kOut, 8 * NJ, grid)) return false;  // x: row tiles (1), y: output tiles
+  const int held = NJ == 1 ? Layout<1>::kMaxHeld : NJ == 2 ? Layout<2>::kMaxHeld : NJ == 4 ? Layout<4>::kMaxHeld
+                                                                                            : Layout<8>::kMaxHeld;
+  const int S = cluster_for(int64_t(grid.x) * grid.y, held);
+  if (S > 1 && !any_shape) return false;
+  Maps maps{};
+  if (!encode_map(&maps.x, a.x, a.rows, a.in, 8 * NJ, false)) return false;
+  if (a.nseg == 0) {
+    if (!encode_map(&maps.w[0], a.w, a.out, a.in, kOut, true)) return false;
+  } else {
+    for (int j = 0; j < a.nseg; ++j)
+      if (reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 != 0 ||
+          !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, a.in, kOut, true))
+        return false;
+  }
+  grid.x *= unsigned(S);
+  if (NJ == 1) launch<1>(a, maps, grid, S, s);
+  else if (NJ == 2) launch<2>(a, maps, grid, S, s);
+  else if (NJ == 4) launch<4>(a, maps, grid, S, s);
+  else launch<8>(a, maps, grid, S, s);
+  return true;
+}
+
+}  // namespace dsv4::gpu::mma::detail
