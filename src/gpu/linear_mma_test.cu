@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <utility>
 #include <vector>
@@ -497,87 +498,35 @@ TEST(GroupedDenseTest, MatchesCpuWithinTolerance) {
 
 // Weightless bf16 head RMS (cpu attention.cpp head_rms_bf16, restated here: it is internal).
 
-// The bulk-copy wgmma lin8 (sm90_lin8_bulk.cu, mma::bulk_tile(); the default from
-// kWgmmaMinRows rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks (chains
-// with no, one and four blocks), outputs with partial 128-tiles and scale blocks, rows with
-// partial 128-row tiles, rounded and not, and lin8_multi's segments (each segment's own tiles).
-TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
-  SKIP_WITHOUT_GPU();
-  // tiny: every third weight-scale block at 2^-122, so the scaled partials part·s_x·s_w fall
-  // below the normal range there (their rounding must match the register tiles').
-  for (const auto [in, tiny] : {std::pair{int64_t{512}, false}, std::pair{int64_t{1024}, false},
-                                std::pair{int64_t{4096}, false}, std::pair{int64_t{4096}, true}}) {
-    const int64_t outs_n[] = {1040, 384, 72};
-    std::vector<Fp8Case> cases;
-    std::vector<DeviceBuffer<uint8_t>> dw, ds;
-    for (int j = 0; j < 3; ++j) {
-      cases.emplace_back(outs_n[j], in, 500 + 7 * j + in);
-      if (tiny)
-        for (size_t i = 0; i < cases.back().sc.size(); i += 3) cases.back().sc[i] = 5;
-      dw.push_back(to_device(cases.back().codes));
-      ds.push_back(to_device(cases.back().sc));
-    }
-    for (const int64_t rows : {1, 130, 300}) {
-      auto dx = to_device(random_bf16(rows * in, 1.0f, 700 + rows + in));
-      DeviceBuffer<uint8_t> q(rows * in);
-      DeviceBuffer<float> qs(rows * in / 128);
-      quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
-      auto run = [&](int tile, bool multi) {
-        mma::force_tile(tile);
-        std::vector<DeviceBuffer<float>> y;
-        Lin8Out outs[3];
-        for (int j = 0; j < 3; ++j) {
-          y.emplace_back(rows * outs_n[j]);
-          outs[j] = {.w = dw[j].get(), .ws = ds[j].get(), .out = outs_n[j], .y = y[j].get(), .round_out = j != 1};
-          if (!multi)
-            lin8(q.get(), qs.get(), rows, 1, dw[j].get(), ds[j].get(), outs_n[j], in, nullptr, y[j].get(), nullptr,
-                 outs[j].round_out);
-        }
-        if (multi) lin8_multi(q.get(), qs.get(), rows, in, std::span<const Lin8Out>(outs, 3), nullptr);
-        std::vector<std::vector<float>> h;
-        for (auto& b : y) h.push_back(b.download());
-        mma::force_tile(-1);
-        return h;
-      };
-      const auto want = run(0, false);  // the first register-fed tile
-      for (const bool multi : {false, true}) {
-        const auto got = run(mma::bulk_tile(), multi);
-        for (int j = 0; j < 3; ++j)
-          EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * sizeof(float)))
-              << "in " << in << " tiny " << tiny << " rows " << rows << " output " << j << " multi " << multi;
-      }
-    }
-  }
-}
-
-// The TMA-streamed lin8 for ≤ 16 rows (sm90_lin8_stream.cu, mma::stream_tile()) equals the
-// register-fed tiles bit for bit: rows 1 … 16 (one and two n8 fragments, partial ones), K of 4, 8,
-// 32 and 64 blocks (chains with no, one, four and eight blocks), every cluster size (out 72 … 1040:
-// 8 CTAs a tile; 4000: 4; 8000: 2; 15500: 1 — the chains summed through distributed shared
-// memory or in registers), partial output tiles, rounded and not, tiny scales, and lin8_multi.
-TEST(Lin8StreamTest, EqualsTheRegisterTilesBitForBit) {
-  SKIP_WITHOUT_GPU();
-  for (const auto [in, tiny] : {std::pair{int64_t{512}, false}, std::pair{int64_t{1024}, false},
-                                std::pair{int64_t{4096}, true}, std::pair{int64_t{8192}, false}}) {
-    std::vector<int64_t> outs_n = {1040, 384, 72};
-    if (in <= 1024) outs_n.insert(outs_n.end(), {4000, 8000, 15500});
+// lin8 on forced tile `tile` (and lin8_multi over the first three weights) equals the first
+// register-fed tile bit for bit, for each (in, tiny) case — tiny: every third weight-scale block
+// at 2^-122, so the scaled partials part·s_x·s_w fall below the normal range there (their rounding
+// must match the register tiles') — each row count and each weight of outs_n (≥ 3, the second
+// not rounded). Seeds: weights wseed + 7j + in, activations xseed + rows + in.
+void expect_lin8_tile_equals_register_tiles(int tile, std::initializer_list<std::pair<int64_t, bool>> ins,
+                                            std::initializer_list<int64_t> row_counts,
+                                            const std::vector<int64_t>& outs_small, const std::vector<int64_t>& outs_big,
+                                            uint64_t wseed, uint64_t xseed) {
+  for (const auto [in, tiny] : ins) {
+    std::vector<int64_t> outs_n = outs_small;  // outs_big only up to K = 1024 (test time)
+    if (in <= 1024) outs_n.insert(outs_n.end(), outs_big.begin(), outs_big.end());
     const int nw = int(outs_n.size());
     std::vector<Fp8Case> cases;
     std::vector<DeviceBuffer<uint8_t>> dw, ds;
     for (int j = 0; j < nw; ++j) {
-      cases.emplace_back(outs_n[j], in, 900 + 7 * j + in);
+      cases.emplace_back(outs_n[j], in, wseed + 7 * j + in);
       if (tiny)
         for (size_t i = 0; i < cases.back().sc.size(); i += 3) cases.back().sc[i] = 5;
       dw.push_back(to_device(cases.back().codes));
       ds.push_back(to_device(cases.back().sc));
     }
-    for (const int64_t rows : {1, 5, 8, 9, 16, 24, 33, 64}) {
-      auto dx = to_device(random_bf16(rows * in, 1.0f, 950 + rows + in));
+    for (const int64_t rows : row_counts) {
+      auto dx = to_device(random_bf16(rows * in, 1.0f, xseed + rows + in));
       DeviceBuffer<uint8_t> q(rows * in);
       DeviceBuffer<float> qs(rows * in / 128);
       quantize_q8_rows(dx.get(), rows, in, q.get(), qs.get(), nullptr);
-      auto run = [&](int tile, bool multi) {
-        mma::force_tile(tile);
+      auto run = [&](int forced, bool multi) {
+        mma::force_tile(forced);
         std::vector<DeviceBuffer<float>> y;
         std::vector<Lin8Out> outs(nw);
         for (int j = 0; j < nw; ++j) {
@@ -595,14 +544,38 @@ TEST(Lin8StreamTest, EqualsTheRegisterTilesBitForBit) {
       };
       const auto want = run(0, false);  // the first register-fed tile
       for (const bool multi : {false, true}) {
-        const auto got = run(mma::stream_tile(), multi);
+        const auto got = run(tile, multi);
         for (size_t j = 0; j < got.size(); ++j)
           EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * sizeof(float)))
-              << "in " << in << " tiny " << tiny << " rows " << rows << " output " << j << " (out " << outs_n[j]
-              << ") multi " << multi;
+              << "tile " << tile << " in " << in << " tiny " << tiny << " rows " << rows << " output " << j
+              << " (out " << outs_n[j] << ") multi " << multi;
       }
     }
   }
+}
+
+// The bulk-copy wgmma lin8 (sm90_lin8_bulk.cu, mma::bulk_tile(); the default from
+// kWgmmaMinRows rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks (chains
+// with no, one and four blocks), outputs with partial 128-tiles and scale blocks, rows with
+// partial 128-row tiles, rounded and not, tiny scales, and lin8_multi's segments (each segment's
+// own tiles).
+TEST(Lin8BulkTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  expect_lin8_tile_equals_register_tiles(mma::bulk_tile(), {{512, false}, {1024, false}, {4096, false}, {4096, true}},
+                                         {1, 130, 300}, {1040, 384, 72}, {}, 500, 700);
+}
+
+// The TMA-streamed lin8 for ≤ 64 rows (sm90_lin8_stream.cu, mma::stream_tile()) equals the
+// register-fed tiles bit for bit: rows 1 … 64 (one to eight n8 fragments, partial ones), K of 4,
+// 8, 32 and 64 blocks (chains with no, one, four and eight blocks), every cluster size (out 72 …
+// 1040: 8 CTAs a tile; 4000: 4 or 8; 8000: 2 … 8; 15500: 1 — the chains summed through
+// distributed shared memory or in registers), partial output tiles, rounded and not, tiny scales,
+// and lin8_multi.
+TEST(Lin8StreamTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  expect_lin8_tile_equals_register_tiles(mma::stream_tile(), {{512, false}, {1024, false}, {4096, true}, {8192, false}},
+                                         {1, 5, 8, 9, 16, 24, 33, 64}, {1040, 384, 72}, {4000, 8000, 15500}, 900,
+                                         950);
 }
 
 // The bulk-copy bf16 dense kernel (sm90_dense_bulk.cu, mma::bulk_tile(); the default from
