@@ -1,5 +1,5 @@
 // Linear layers and RMSNorm of the CUDA backend. Non-expert lin8 and bf16 dense linears of every
-// row count take the tensor-core kernels of linear_mma.cu (tolerance-equal to the CPU, bitwise
+// row count take the tensor-core kernels of linear_mma*.cu (tolerance-equal to the CPU, bitwise
 // batch-invariant; docs/decode-linears.md). This file keeps: expert-indexed lin8 and lin4 (the
 // general kernels), fp32-weight dense linears (skinny kernel for rows ≤ 64, else general), and
 // the odd shapes the tensor-core path declines (in % 128 != 0, unaligned pointers).

@@ -1,6 +1,7 @@
 // Shared by the tensor-core linear kernels (linear_mma.cu: the register-fed decode tiles;
-// linear_mma_staged.cu: the shared-memory-staged tiles for many rows): launch arguments and the
-// MMA / conversion primitives. Internal to those two files.
+// linear_mma_staged.cu: the shared-memory-staged tiles for many rows; the sm90_* warpgroup-MMA
+// forms) and their dispatch (linear_mma_dispatch.cu): launch arguments and the MMA / conversion
+// primitives. Internal to those files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -126,9 +127,9 @@ inline bool tiled_grid(Args& a, int64_t tile_out, int64_t tile_rows, dim3& grid)
   return true;
 }
 
-// The segment of output-tile row `by` of a multi-weight call (a.nseg > 0): calls take(seg) with
-// the segment's entry and returns by's tile index inside it. Static indices only, so the launch
-// parameters stay in the constant bank (a dynamic index would copy them to local memory).
+// The segment of output-tile row `by` of a multi-weight call (a.nseg > 0): calls take(seg, j) with
+// the segment's entry and index and returns by's tile index inside it. Static indices only, so
+// the launch parameters stay in the constant bank (a dynamic index would copy them to local memory).
 template <class F>
 __device__ __forceinline__ int64_t take_tile_segment(const Args& a, int64_t by, F&& take) {
   int j = 0;
@@ -139,7 +140,7 @@ __device__ __forceinline__ int64_t take_tile_segment(const Args& a, int64_t by, 
   for (int i = 0; i < kMaxDenseSegments; ++i)
     if (i == j) {
       by -= a.seg[i].tile0;
-      take(a.seg[i]);
+      take(a.seg[i], i);
     }
   return by;
 }
@@ -154,14 +155,16 @@ struct TileArgs {
   float* y;
   bool round;
   float post_scale;
+  int seg;  // the segment of a multi-weight call (0 otherwise)
 };
 __device__ __forceinline__ TileArgs resolve_tile(const Args& a, int64_t tile_out, int64_t tile_rows) {
   int64_t by = blockIdx.y;
   TileArgs ta{static_cast<const uint8_t*>(a.w), a.ws, 0, 0, int64_t(blockIdx.x) * tile_rows, 0, a.out, a.y, a.round,
-              a.post_scale};
+              a.post_scale, 0};
   int64_t opg = a.opg;
   if (a.nseg > 0) {
-    by = take_tile_segment(a, by, [&](const Args::Seg& sg) {
+    by = take_tile_segment(a, by, [&](const Args::Seg& sg, int j) {
+      ta.seg = j;
       ta.w = static_cast<const uint8_t*>(sg.w);
       ta.ws = sg.ws;
       ta.out = opg = sg.out;
@@ -204,5 +207,16 @@ bool launch_bulk_dense(const Args& a, cudaStream_t s);
 uint8_t* bulk_scratch(int slot, size_t bytes, bool capturing);
 template <Wt WT>
 bool launch_staged(const Args& a, cudaStream_t s);
+
+// The register-fed tiles (linear_mma.cu): kRegisterTiles configurations, force_tile's indices
+// 0 .. kRegisterTiles − 1, any of them the same bits. launch_register_tile launches tile i (false:
+// the grid is too large for it); register_tile_fits: no tile of i straddles a group of the call;
+// choose_register_tile: the tile a call takes by default (docs/decode-linears.md, round 4).
+constexpr int kRegisterTiles = 14;
+template <Wt WT>
+bool launch_register_tile(int i, const Args& a, cudaStream_t s);
+bool register_tile_fits(int i, const Args& a);
+template <Wt WT>
+int choose_register_tile(const Args& a);
 
 }  // namespace dsv4::gpu::mma::detail

@@ -31,6 +31,25 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Launch attributes for cudaLaunchKernelEx: a thread-block cluster of `cluster` CTAs along x when
+// cluster > 1, programmatic dependent launch when `pdl`. Returns how many it wrote.
+inline unsigned cluster_pdl_attrs(cudaLaunchAttribute (&attr)[2], int cluster, bool pdl) {
+  unsigned n = 0;
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = unsigned(cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  return n;
+}
+
 // kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute;
 // launch errors are thrown like CUDA_CHECK_LAUNCH.
 template <typename... KArgs, typename... Args>

@@ -6,7 +6,7 @@
 // 128 bytes in flight (cp.async.bulk.tensor onto mbarriers), and the MMAs are warpgroup MMAs.
 // Measured (H200, round 15 of docs/decode-linears.md): faster where the call has ≥ 120 tiles and
 // ≥ 9 rows (wq_b 32768 × 1024 at 64 rows 42.3 → 32.8 µs); slower at one row and wherever the
-// cluster split below runs — linear_mma.cu takes it only where it wins.
+// cluster split below runs — linear_mma_dispatch.cu takes it only where it wins.
 //
 // Why the same bits: per 128-K block a fresh chain of 8 f16 MMA k16 steps over the block's e4m3
 // values converted exactly to f16, step s of lane (g, t) taking physical k 32t + 4s + {0, 1} into
@@ -24,6 +24,7 @@
 // tile: rank r walks chains [r·8/S, (r+1)·8/S), keeps each chain's sum in registers, parks them
 // in its (then idle) ring, and after a cluster barrier rank r adds all 8 chains in order for its
 // 128/S outputs, reading the other CTAs' chains through distributed shared memory.
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -39,6 +40,7 @@ namespace dsv4::gpu::mma::detail {
 namespace {
 
 using namespace wgmma;
+namespace cg = cooperative_groups;
 
 constexpr int kOut = 128;                      // outputs of a CTA tile (one weight-scale row)
 constexpr int64_t kStreamMaxRows = 64;
@@ -82,16 +84,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 __device__ __forceinline__ void named_sync_consumers() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ float ld_cluster_f32(const float* p, int rank) {
-  uint32_t remote;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
-  float v;  // after the cluster barrier: a plain load, free to be issued with its neighbours
-  asm("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote));
-  return v;
-}
 
 // d (+)= A(64 × 16, registers: a[0..3] the mma.sync m16n8k16 A fragment of the warp's 16 rows) ·
 // B(N × 16 at bdesc)ᵀ, f16, fp32 accumulate; fresh when !acc.
@@ -132,15 +124,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[4 * NJ], const uint32_t (&a)
   }
 }
 
-// Blocks of chain c (c, c + 8, … below kblocks).
-__device__ __forceinline__ int chain_blocks(int c, int kblocks) { return c < kblocks ? (kblocks - c + 7) / 8 : 0; }
-// The n-th block of chains c0, c0 + 1, … walked in order (n below their block count).
-__device__ __forceinline__ int local_block(int n, int c0, int kblocks) {
-  int c = c0;
-  for (int cnt = chain_blocks(c, kblocks); n >= cnt; cnt = chain_blocks(++c, kblocks)) n -= cnt;
-  return c + kWarps * n;
-}
-
 template <int NJ>
 __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
     lin8_stream_kernel(Args a, const __grid_constant__ Maps maps, int S) {
@@ -158,12 +141,9 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
   TileArgs ta = resolve_tile(a, kOut, N);
   ta.n0 = int64_t(blockIdx.x / S) * N;
   const int kblocks = int(a.in / 128);
-  int seg = 0;  // the weight map of this tile (resolve_tile's segment, found again by index)
-  if (a.nseg > 0)
-    for (int i = 1; i < kMaxDenseSegments; ++i)
-      if (i < a.nseg && int64_t(blockIdx.y) >= a.seg[i].tile0) seg = i;
-  int nloc = 0;
-  for (int c = c0; c < c0 + held; ++c) nloc += chain_blocks(c, kblocks);
+  // The CTA's blocks: nloc of the chains' order (chain_block32) from its first chain's, base.
+  int base = 0, nloc = 0;
+  for (int c = 0; c < c0 + held; ++c) (c < c0 ? base : nloc) += int(chain_blocks(c, kblocks));
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -179,21 +159,21 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
       const CUtensorMap* wmap = &maps.w[0];
 #pragma unroll
       for (int i = 1; i < kMaxDenseSegments; ++i)
-        if (i == seg) wmap = &maps.w[i];
+        if (i == ta.seg) wmap = &maps.w[i];
       // The first ring's weights before the wait (weights are not written by earlier kernels),
       // its activations after it, then one block per released stage.
       const int first = nloc < kStages ? nloc : kStages;
       for (int n = 0; n < first; ++n) {
         mbar_expect_tx(full + n, kWBytes + L::kXRaw);
-        tma_load_2d(sm + n * L::kStage, wmap, local_block(n, c0, kblocks) * 128, int(ta.o0), full + n);
+        tma_load_2d(sm + n * L::kStage, wmap, chain_block32(base + n, kblocks) * 128, int(ta.o0), full + n);
       }
       pdl_wait();
       pdl_trigger();
       for (int n = 0; n < first; ++n)
-        tma_load_2d(sm + n * L::kStage + kWBytes, &maps.x, local_block(n, c0, kblocks) * 128, int(ta.n0),
+        tma_load_2d(sm + n * L::kStage + kWBytes, &maps.x, chain_block32(base + n, kblocks) * 128, int(ta.n0),
                     full + n);
       for (int n = first; n < nloc; ++n) {
-        const int s = n % kStages, kb = local_block(n, c0, kblocks);
+        const int s = n % kStages, kb = chain_block32(base + n, kblocks);
         uint8_t* st = sm + s * L::kStage;
         mbar_wait(empty + s, uint32_t((n / kStages - 1) & 1));
         mbar_expect_tx(full + s, kWBytes + L::kXRaw);
@@ -319,7 +299,8 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
     }
   }
   if (S == 1) return;
-  cluster_sync();
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
   if (threadIdx.x < kConsumers) {  // rank r adds outputs [r·128/S, +128/S) over the 8 chains in order
     const float* park = reinterpret_cast<const float*>(sm);
     const int per = kOut / S;
@@ -327,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
       const int o = rank * per + i / N, r = i % N;
       float x[kWarps];
 #pragma unroll
-      for (int c = 0; c < kWarps; ++c) x[c] = ld_cluster_f32(park + ((c % held) * kOut + o) * N + r, c / held);
+      for (int c = 0; c < kWarps; ++c) x[c] = *cluster.map_shared_rank(park + ((c % held) * kOut + o) * N + r, c / held);
       float v = x[0];
 #pragma unroll
       for (int c = 1; c < kWarps; ++c) v = v + x[c];
@@ -335,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
       if (oo < ta.o_end && row < a.rows) ta.y[row * ta.out + oo] = ta.round ? round_bf16(v) : v;
     }
   }
-  cluster_sync();  // no CTA leaves while another reads its chains
+  cluster.sync();  // no CTA leaves while another reads its chains
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -373,69 +354,50 @@ int cluster_for(int64_t tiles, int max_held) {
   return S > 1 && S < kWarps / max_held ? kWarps / max_held : S;
 }
 
+// The call on row tiles of 8·NJ rows (see launch_stream_lin8).
 template <int NJ>
-void launch(const Args& a, const Maps& maps, dim3 grid, int S, cudaStream_t s) {
+bool launch(Args a, cudaStream_t s, bool any_shape) {
   using L = Layout<NJ>;
+  if (a.in / 128 > L::kMaxKBlocks) return false;
+  dim3 grid;
+  if (!tiled_grid(a, kOut, L::kRows, grid)) return false;  // x: row tiles (1), y: output tiles
+  const int S = cluster_for(int64_t(grid.x) * grid.y, L::kMaxHeld);
+  if (S > 1 && !any_shape) return false;
+  Maps maps{};
+  if (!encode_map(&maps.x, a.x, a.rows, a.in, L::kRows, false)) return false;
+  if (a.nseg == 0) {
+    if (!encode_map(&maps.w[0], a.w, a.out, a.in, kOut, true)) return false;
+  } else {
+    for (int j = 0; j < a.nseg; ++j)
+      if (!aligned16(a.seg[j].w) || !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, a.in, kOut, true)) return false;
+  }
+  grid.x *= unsigned(S);
   static std::once_flag attr_set[kMaxDevices];
   call_once_per_device(attr_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(lin8_stream_kernel<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(lin8_stream_kernel<NJ>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   });
-  cudaLaunchAttribute attr[2];
-  unsigned na = 0;
-  if (S > 1) {  // a cluster only where the chains are split
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = unsigned(S);
-    attr[na].val.clusterDim.y = 1;
-    attr[na].val.clusterDim.z = 1;
-    ++na;
-  }
-  if (pdl_enabled()) {
-    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[na].val.programmaticStreamSerializationAllowed = 1;
-    ++na;
-  }
+  cudaLaunchAttribute attr[2];  // a cluster only where the chains are split
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = size_t(L::kSmem);
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = na;
+  cfg.numAttrs = cluster_pdl_attrs(attr, S, pdl_enabled());
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, lin8_stream_kernel<NJ>, a, maps, S));
+  return true;
 }
 
 }  // namespace
 
-bool launch_stream_lin8(const Args& a0, cudaStream_t s, bool any_shape) {
-  Args a = a0;
-  const int NJ = a.rows <= 8 ? 1 : a.rows <= 16 ? 2 : a.rows <= 32 ? 4 : 8;
-  const int max_kblocks = NJ <= 2 ? Layout<1>::kMaxKBlocks : Layout<8>::kMaxKBlocks;
+bool launch_stream_lin8(const Args& a, cudaStream_t s, bool any_shape) {
   if (a.rows > kStreamMaxRows || a.x_row_div != 1 || (a.nseg == 0 && a.opg != a.out) || a.in % 128 != 0 ||
-      a.in / 128 > max_kblocks || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
+      !aligned16(a.x))
     return false;
-  dim3 grid;
-  if (!tiled_grid(a, kOut, 8 * NJ, grid)) return false;  // x: row tiles (1), y: output tiles
-  const int held = NJ == 1 ? Layout<1>::kMaxHeld : NJ == 2 ? Layout<2>::kMaxHeld : NJ == 4 ? Layout<4>::kMaxHeld
-                                                                                            : Layout<8>::kMaxHeld;
-  const int S = cluster_for(int64_t(grid.x) * grid.y, held);
-  if (S > 1 && !any_shape) return false;
-  Maps maps{};
-  if (!encode_map(&maps.x, a.x, a.rows, a.in, 8 * NJ, false)) return false;
-  if (a.nseg == 0) {
-    if (!encode_map(&maps.w[0], a.w, a.out, a.in, kOut, true)) return false;
-  } else {
-    for (int j = 0; j < a.nseg; ++j)
-      if (reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 != 0 ||
-          !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, a.in, kOut, true))
-        return false;
-  }
-  grid.x *= unsigned(S);
-  if (NJ == 1) launch<1>(a, maps, grid, S, s);
-  else if (NJ == 2) launch<2>(a, maps, grid, S, s);
-  else if (NJ == 4) launch<4>(a, maps, grid, S, s);
-  else launch<8>(a, maps, grid, S, s);
-  return true;
+  if (a.rows <= 8) return launch<1>(a, s, any_shape);
+  if (a.rows <= 16) return launch<2>(a, s, any_shape);
+  if (a.rows <= 32) return launch<4>(a, s, any_shape);
+  return launch<8>(a, s, any_shape);
 }
 
 }  // namespace dsv4::gpu::mma::detail

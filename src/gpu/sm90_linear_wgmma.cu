@@ -20,7 +20,7 @@
 //     the two f16 stages between producer and consumers.
 // Registers: consumers 3 × 48 accumulators (setmaxnreg 200), producer 96.
 // H200 (docs/prefill.md): a 20-layer 8K prefill's lin8 196.6 → 154.8 ms against the staged kernel;
-// linear_mma.cu sends calls of at least 2048 rows here.
+// linear_mma_dispatch.cu sends calls of at least 2048 rows here.
 #include <mutex>
 
 #include "gpu/cuda_check.h"

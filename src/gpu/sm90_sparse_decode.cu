@@ -460,7 +460,7 @@ void launch(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspac
   kp.spec_total = p.max_main + p.max_extra;
   kp.cluster_merge = p.cluster > 1;
   cudaLaunchAttribute attr[2];  // PDL: not with the merge kernel (measured slower)
-  const unsigned n_attr = split_launch_attrs(attr, p.cluster, pdl_enabled() && (kp.cluster_merge || p.splits == 1));
+  const unsigned n_attr = cluster_pdl_attrs(attr, p.cluster, pdl_enabled() && (kp.cluster_merge || p.splits == 1));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(a.rows) * unsigned(p.head_groups) * unsigned(p.splits));
   cfg.blockDim = dim3(kThreads);

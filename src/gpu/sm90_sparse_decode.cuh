@@ -16,26 +16,6 @@
 
 namespace dsv4::gpu::sm90 {
 
-// Host: the launch attributes of a split attention kernel (both kernels of
-// sm90_sparse_decode*.cu): a thread-block cluster of `cluster` CTAs when cluster > 1 (the
-// in-cluster merge), programmatic dependent launch when `pdl`. Returns how many it wrote.
-inline unsigned split_launch_attrs(cudaLaunchAttribute (&attr)[2], int cluster, bool pdl) {
-  unsigned n = 0;
-  if (cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = unsigned(cluster);
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  return n;
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -413,7 +413,7 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   kp.min_chunk = p.min_chunk;
   kp.cluster_merge = p.cluster > 1;
   cudaLaunchAttribute attr[2];
-  const unsigned n_attr = split_launch_attrs(attr, p.cluster, pdl_enabled() && (kp.cluster_merge || p.splits == 1));
+  const unsigned n_attr = cluster_pdl_attrs(attr, p.cluster, pdl_enabled() && (kp.cluster_merge || p.splits == 1));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(a.rows) * unsigned(p.splits));
   cfg.blockDim = dim3(kThreads);

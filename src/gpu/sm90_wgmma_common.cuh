@@ -93,10 +93,15 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
+// Blocks of chain c (c, c + 8, … below kblocks).
+__host__ __device__ __forceinline__ int64_t chain_blocks(int c, int64_t kblocks) {
+  return c < kblocks ? (kblocks - c + kWarps - 1) / kWarps : 0;
+}
+
 // The n-th block of the chains' order (chain c = blocks c, c + 8, … in increasing kb), or −1.
 __device__ __forceinline__ int64_t chain_order_block(int64_t n, int64_t kblocks) {
   for (int c = 0; c < kWarps && n >= 0; ++c) {
-    const int64_t cnt = c < kblocks ? (kblocks - c + kWarps - 1) / kWarps : 0;
+    const int64_t cnt = chain_blocks(c, kblocks);
     if (n < cnt) return c + int64_t{kWarps} * n;
     n -= cnt;
   }
