@@ -75,8 +75,11 @@ constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
 constexpr GemmShape kShape16x2{16, 2};  // 156,160 B: the same bytes in flight, twice the warps
 constexpr GemmShape kShape8x4Wide{8, 4, kTokWide};  // 206,848 B: chunks of 32 tokens (large calls)
 // Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
-// math without the weight copies.
-constexpr int kDiagNone = 0, kDiagLoadOnly = 1, kDiagMathOnly = 2;
+// math without the weight copies, neither (the launches, activation copies, ring barriers and
+// epilogues alone).
+constexpr int kDiagNone = 0, kDiagLoadOnly = 1, kDiagMathOnly = 2, kDiagSkeleton = 3;
+__host__ __device__ constexpr bool diag_copies_weights(int d) { return d == kDiagNone || d == kDiagLoadOnly; }
+__host__ __device__ constexpr bool diag_runs_math(int d) { return d == kDiagNone || d == kDiagMathOnly; }
 
 // One expert's matrices in the checkpoint layout. Routed (FP4): w1/w3 [I, D/2], w2 [D, I/2]
 // packed low-nibble-first, scales [out, in/32] E8M0. Shared (FP8): w [out, in] e4m3, scales
@@ -304,37 +307,48 @@ __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* 
 #pragma unroll
   for (int j = 0; j < kJ; ++j) sx4[j] = *reinterpret_cast<const float4*>(gs + kXs + (8 * j + 2 * t) * 8);
   if constexpr (kFp8) {
+    // kBq == 8: both 128-K blocks' 4 MMAs in one batch (one wgmma round trip per stage).
+    constexpr int kHb = kBq >= 8 ? 2 : 1;
 #pragma unroll
-    for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
-      const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
-      uint32_t a[4][4];
+    for (int hb0 = 0; hb0 < 2; hb0 += kHb) {
+      uint32_t a[kHb][4][4];
 #pragma unroll
-      for (int kq = 0; kq < 4; ++kq) {
-        const int kb = 4 * hb + kq;
-        const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
-        const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
-        const uint2 v1 = *reinterpret_cast<const uint2*>(W + (g + 8) * 256 + gofs);
-        a[kq][0] = prmt(v0.x, v0.y, 0x6420);
-        a[kq][1] = prmt(v1.x, v1.y, 0x6420);
-        a[kq][2] = prmt(v0.x, v0.y, 0x7531);
-        a[kq][3] = prmt(v1.x, v1.y, 0x7531);
-      }
-      float d[4][4 * kJ];
+      for (int h = 0; h < kHb; ++h)
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) {
+          const int kb = 4 * (hb0 + h) + kq;
+          const int gofs = (((2 * kb + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
+          const uint2 v0 = *reinterpret_cast<const uint2*>(W + g * 256 + gofs);
+          const uint2 v1 = *reinterpret_cast<const uint2*>(W + (g + 8) * 256 + gofs);
+          a[h][kq][0] = prmt(v0.x, v0.y, 0x6420);
+          a[h][kq][1] = prmt(v1.x, v1.y, 0x6420);
+          a[h][kq][2] = prmt(v0.x, v0.y, 0x7531);
+          a[h][kq][3] = prmt(v1.x, v1.y, 0x7531);
+        }
+      float d[kHb][4][4 * kJ];
       wg_fence();
 #pragma unroll
-      for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[kq], a[kq], desc + (4 * hb + kq) * 2 * kN);
+      for (int h = 0; h < kHb; ++h)
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) wgmma_e4m3(d[h][kq], a[h][kq], desc + (4 * (hb0 + h) + kq) * 2 * kN);
       wg_commit();
       wg_wait0();
 #pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const float xa = hb ? sx4[j].y : sx4[j].x, xb = hb ? sx4[j].w : sx4[j].z;
-        float ds[4];
+      for (int h = 0; h < kHb; ++h) {
+        const int hb = hb0 + h;
+        const float swA = e8m0f(__ldg(sA + 2 * s + hb)), swB = e8m0f(__ldg(sB + 2 * s + hb));
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ds[i] = ((d[0][4 * j + i] + d[1][4 * j + i]) + d[2][4 * j + i]) + d[3][4 * j + i];
-        acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
-        acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
-        acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
-        acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
+        for (int j = 0; j < kJ; ++j) {
+          const float xa = hb ? sx4[j].y : sx4[j].x, xb = hb ? sx4[j].w : sx4[j].z;
+          float ds[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            ds[i] = ((d[h][0][4 * j + i] + d[h][1][4 * j + i]) + d[h][2][4 * j + i]) + d[h][3][4 * j + i];
+          acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
+          acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
+          acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
+          acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
+        }
       }
     }
   } else {
@@ -342,58 +356,63 @@ __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* 
 #pragma unroll
     for (int m = 0; m < 4; ++m)
       swr[m] = *reinterpret_cast<const uint2*>(wslot + kWarpStageWs + (g + 8 * m) * 8);
+    // The stage's 8 32-K blocks b = 4·hb + kq (hb: its two 128-K activation blocks) in batches of
+    // kBq blocks × 2 m-tiles; a batch of 8 spans both halves (one wgmma round trip per stage).
+    // The accumulator sees the same operations in the same order for every kBq: per half, the
+    // rescale to its activation scale, then blocks 4hb .. 4hb+3.
 #pragma unroll
-    for (int hb = 0; hb < 2; ++hb) {  // the stage's two 128-K blocks
+    for (int b0 = 0; b0 < 8; b0 += kBq) {
+      uint32_t a[kBq][2][4];
 #pragma unroll
-      for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
-        const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
-        scale_cols<kJ>(acc, j, pow2_ratio(cur[j][0], na), pow2_ratio(cur[j][1], nb));
-        cur[j][0] = na;
-        cur[j][1] = nb;
-      }
+      for (int q = 0; q < kBq; ++q)
 #pragma unroll
-      for (int kq0 = 0; kq0 < 4; kq0 += kBq) {  // batches of kBq 32-K blocks × 2 m-tiles
-        uint32_t a[kBq][2][4];
+        for (int mt = 0; mt < 2; ++mt) {
+          const int gofs = (((b0 + q) ^ g) << 4) + t * 4;
+          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
+          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
+          a[q][mt][0] = fp4_lo(w0);
+          a[q][mt][1] = fp4_lo(w1);
+          a[q][mt][2] = fp4_hi(w0);
+          a[q][mt][3] = fp4_hi(w1);
+        }
+      float d[kBq][2][4 * kJ];  // d = partial·2⁻⁶ of block b0+q, m-tile mt
+      wg_fence();
 #pragma unroll
-        for (int q = 0; q < kBq; ++q)
+      for (int q = 0; q < kBq; ++q)
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            const int gofs = (((4 * hb + kq0 + q) ^ g) << 4) + t * 4;
-            const uint32_t w0 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g) * 128 + gofs);
-            const uint32_t w1 = *reinterpret_cast<const uint32_t*>(W + (mt * 16 + g + 8) * 128 + gofs);
-            a[q][mt][0] = fp4_lo(w0);
-            a[q][mt][1] = fp4_lo(w1);
-            a[q][mt][2] = fp4_hi(w0);
-            a[q][mt][3] = fp4_hi(w1);
+        for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[q][mt], a[q][mt], desc + (b0 + q) * 2 * kN);
+      wg_commit();
+      wg_wait0();
+#pragma unroll
+      for (int q = 0; q < kBq; ++q) {
+        const int b = b0 + q, hb = b >> 2, kq = b & 3;
+        if (kq == 0) {
+#pragma unroll
+          for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
+            const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
+            scale_cols<kJ>(acc, j, pow2_ratio(cur[j][0], na), pow2_ratio(cur[j][1], nb));
+            cur[j][0] = na;
+            cur[j][1] = nb;
           }
-        float d[kBq][2][4 * kJ];  // d = partial·2⁻⁶ of block 4hb+kq0+q, m-tile mt
-        wg_fence();
+        }
 #pragma unroll
-        for (int q = 0; q < kBq; ++q)
+        for (int mt = 0; mt < 2; ++mt) {
+          // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
+          // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
+          const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
+          const uint32_t sel = 0x0444u | (uint32_t(kq) << 12);
+          const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
+          const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
+          // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
+          // scales powers of two (normal range): cpu::Fp4Linear's order.
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) wgmma_e4m3(d[q][mt], a[q][mt], desc + (4 * hb + kq0 + q) * 2 * kN);
-        wg_commit();
-        wg_wait0();
-#pragma unroll
-        for (int q = 0; q < kBq; ++q)
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            // E8M0 byte kb → fp32 2^(b−127) (prmt the byte to bits 24..31, shift right by 1;
-            // byte 0 would give 0 instead of 2^−127: absent from real checkpoints).
-            const uint2 s0 = swr[2 * mt], s1 = swr[2 * mt + 1];
-            const uint32_t sel = 0x0444u | (uint32_t(kq0 + q) << 12);
-            const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
-            const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
-            // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
-            // scales powers of two (normal range): cpu::Fp4Linear's order.
-#pragma unroll
-            for (int j = 0; j < kJ; ++j) {
-              acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
-              acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
-              acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
-              acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
-            }
+          for (int j = 0; j < kJ; ++j) {
+            acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
+            acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
+            acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
+            acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
           }
+        }
       }
     }
   }
@@ -441,7 +460,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   auto issue = [&](int s, bool weights) {
     if (s < nst) {
       uint8_t* gs = gsm + (s % kNs) * kGs;
-      if (weights && kDiag != kDiagMathOnly) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
+      if (weights && diag_copies_weights(kDiag)) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
 #pragma unroll
       for (int u = 0; u < kJ; ++u)
         if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
@@ -464,7 +483,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     fence_proxy_async();
     group_sync(bar);
     issue(s + kNs - 1, true);
-    if constexpr (kDiag == kDiagLoadOnly) continue;  // diagnostic: the weight stream alone
+    if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
     stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
   }
   cp_wait<0>();
@@ -545,7 +564,7 @@ __device__ __forceinline__ void prefetch_item_weights(const Params& p, int exper
 // 256). Shared memory: GemmShape::smem() = the warpgroups' activation rings, then the warps'
 // weight rings. kDiag (benchmark diagnostics, wrong results): kDiagLoadOnly the same copies
 // without the math, kDiagMathOnly the math on whatever the ring holds without copying weights
-// (activations still copied).
+// (activations still copied), kDiagSkeleton neither (what the structure costs without them).
 // Under programmatic dependent launch the first item's weights start streaming before
 // pdl_wait(): gate+up when it is a shared-expert item (chunks 0..shared_chunks(T, kN)−1 whatever
 // the routing), down always (its chunk list was written by the group kernel, which completed
@@ -555,9 +574,10 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
   static_assert(kNw % 4 == 0, "whole warpgroups");
   static_assert(kN == kTok || kN == kTokWide, "chunks of 8 or 32 tokens");
   constexpr int kNg = kNw / 4;
-  // FP4 32-K blocks per wgmma batch (A fragments and partials live until its wait): 4 where
-  // registers allow, 2 at 16 warps (128 registers), 1 with 32-token chunks (16 partials each).
-  constexpr int kBq = kN > kTok ? 1 : kNw >= 16 ? 2 : 4;
+  // 32-K blocks per wgmma batch (A fragments and partials live until its wait): the whole stage
+  // (8) at 8 warps (255 registers), 4 at 12, 2 at 16 warps (128 registers), 1 with 32-token chunks
+  // (16 partials each).
+  constexpr int kBq = kN > kTok ? 1 : kNw >= 16 ? 2 : kNw >= 12 ? 4 : 8;
   constexpr int kGs = group_stage_bytes(kN);
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = warp >> 2, wt = threadIdx.x & 127;
@@ -568,7 +588,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
   bool w_pre = false;
   {
     const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
-    if constexpr (kDiag == kDiagMathOnly) {
+    if constexpr (!diag_copies_weights(kDiag)) {
     } else if constexpr (kUp) {
       if (p.has_shared && ci < shared_chunks(p.T, kN)) {
         prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, wsm, lane);
