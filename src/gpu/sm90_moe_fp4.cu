@@ -24,8 +24,8 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // Phases 1/2 CTA shape (moe_grouped_set_pipeline): variants 0..kMaxVariant, the diagnostics
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
-constexpr int kMaxVariant = 13;
-bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || v == 13; }
+constexpr int kMaxVariant = 15;
+bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || v >= 13; }
 
 template <moe4::GemmShape kS, int kDiag>
 void set_smem_attr() {
@@ -93,6 +93,8 @@ int sm_count() {
     set_smem_attr<kShape16x2, kDiagLoadOnly>();
     set_smem_attr<kShape8x4, kDiagMathOnly>();
     set_smem_attr<kShape8x4, kDiagSkeleton>();
+    set_smem_attr<kShape16x2, kDiagMathOnly>();
+    set_smem_attr<kShape16x2, kDiagSkeleton>();
     set_smem_attr<kShape8x4Wide, kDiagNone>();
     set_wide_smem_attr<kDiagNone>();
     set_wide_smem_attr<kDiagLoadOnly>();
@@ -301,6 +303,8 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     case 6: launch_gemms<moe4::kShape8x4, moe4::kDiagMathOnly>(p, grid, stream); break;
     case 8: launch_gemms<moe4::kShape8x4Wide, moe4::kDiagNone>(p, grid, stream); break;
     case 13: launch_gemms<moe4::kShape8x4, moe4::kDiagSkeleton>(p, grid, stream); break;
+    case 14: launch_gemms<moe4::kShape16x2, moe4::kDiagMathOnly>(p, grid, stream); break;
+    case 15: launch_gemms<moe4::kShape16x2, moe4::kDiagSkeleton>(p, grid, stream); break;
     default: launch_gemms<moe4::kShape8x4, moe4::kDiagNone>(p, grid, stream);  // 7
   }
   launch_pdl(moe4::moe_combine_kernel, dim3(p.T, (p.D + 1023) / 1024), dim3(256), 0, stream, p);
