@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
                              {"gate 256x4096", 256, 4096, 0, true},
                              {"weights_proj 64x4096", 64, 4096, 0, true},
                              {"head 64640x4096", 64640, 4096, 0, true},
+                             {"tp1 head 129280x4096", 129280, 4096, 0, true},
                              {"hc fn fp32 24x16384", 24, 16384, 0, false},
                              {"hc_head fn fp32 4x16384", 4, 16384, 0, false}};
   for (const auto& sh : dens) {

@@ -70,7 +70,7 @@ bool lin8_multi(const uint8_t* xq, const float* xs, int64_t rows, int64_t in, co
 
 // Tests and benchmarks: run every later call on tile configuration i (0 .. tile_count() − 1; the
 // last four are the shared-memory-staged kernel, its warpgroup-MMA lin8 form, the bulk-copy
-// forms of lin8 and bf16 dense (bulk_tile()) and the TMA-streamed lin8 for ≤ 64 rows
+// forms of lin8 and bf16 dense (bulk_tile()) and the TMA-streamed lin8 and bf16 dense for ≤ 64 rows
 // (stream_tile()); a tile that does not fit a call falls back to the default), −1 = choose by
 // rows again. Every tile gives the same bits. Not thread-safe; not for the model.
 int tile_count();

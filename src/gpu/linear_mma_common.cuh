@@ -198,6 +198,10 @@ bool launch_bulk_lin8(const Args& a, cudaStream_t s);
 // takes): the same bits; declines x_row_div ≠ 1, grouped calls, in > 16384 (> 8192 above 16 rows)
 // and a missing tensor-map encoder.
 bool launch_stream_lin8(const Args& a, cudaStream_t s, bool any_shape);
+// The bf16 dense path for ≤ 64 rows in the same form (sm90_dense_stream.cu: 128-output tiles, a
+// launch that splits x into hi / lo tiles first, no cluster split): the same bits; declines
+// x_stride or x not 8-byte aligned, and calls its scratch is too small for while capturing.
+bool launch_stream_dense(const Args& a, cudaStream_t s);
 // The bf16 dense path in the same form (sm90_dense_bulk.cu: x split into bf16 hi / lo tiles, a lo
 // flag per block).
 bool launch_bulk_dense(const Args& a, cudaStream_t s);

@@ -71,12 +71,24 @@ bool lin8_stream_enabled() {
   static const bool on = env_switch_on("DSV4_LIN8_STREAM");
   return on;
 }
+// bf16 dense calls of kStreamDenseMinRows .. 64 rows with at least kStreamDenseMinTiles output
+// tiles of 128 take the TMA-streamed kernel (sm90_dense_stream.cu, same bits) unless
+// DSV4_DENSE_STREAM=0. Rule from H200 gpu_linear_bench (docs/decode-linears.md, round 16): the
+// LM head 129280 × 4096 at 8 / 16 / 32 / 64 rows 279.3 / 366.6 / 698.3 / 747.8 → 257.8 / 259.2 /
+// 268.5 / 289.8 µs (equal at one row); calls of 8–32 tiles (wo_a, the compressors) stay on the
+// register tiles, which lead there below 64 rows.
+constexpr int64_t kStreamDenseMinRows = 2, kStreamDenseMaxRows = 64, kStreamDenseMinTiles = 120;
+bool dense_stream_enabled() {
+  static const bool on = env_switch_on("DSV4_DENSE_STREAM");
+  return on;
+}
 int64_t bulk_ctas(const Args& a) { return output_tile_rows(a, 128) * ceil_tiles(a.rows, 128); }
 
 // The staged kernel has no e4m3-as-bf16 form: those calls stay on the register-fed tiles.
 // Forced tiles (tests, benchmarks): 0 .. kNumTiles − 1 the register-fed tiles, kNumTiles the
 // staged kernel, kNumTiles + 1 the warpgroup-MMA lin8, kNumTiles + 2 the bulk-copy forms (lin8
-// and bf16 dense), kNumTiles + 3 the TMA-streamed lin8 (≤ 64 rows, any tile count); other calls: the default choice.
+// and bf16 dense), kNumTiles + 3 the TMA-streamed forms (lin8 and bf16 dense, ≤ 64 rows, any tile
+// count); other calls: the default choice.
 template <Wt WT>
 bool dispatch(const Args& a, cudaStream_t s) {
   constexpr bool kStaged = WT != Wt::kFp8AsBf16;
@@ -88,12 +100,18 @@ bool dispatch(const Args& a, cudaStream_t s) {
         (g_forced_tile == kNumTiles + 3 && launch_stream_lin8(a, s, true)))
       return true;
   if constexpr (WT == Wt::kBf16)
-    if (g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) return true;
+    if ((g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) ||
+        (g_forced_tile == kNumTiles + 3 && launch_stream_dense(a, s)))
+      return true;
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && register_tile_fits(g_forced_tile, a))
     return launch_register_tile<WT>(g_forced_tile, a, s);
   if constexpr (WT == Wt::kFp8)
     if (a.rows >= kStreamLin8MinRows && a.rows <= kStreamLin8MaxRows && lin8_stream_enabled() &&
         launch_stream_lin8(a, s, false))
+      return true;
+  if constexpr (WT == Wt::kBf16)
+    if (a.rows >= kStreamDenseMinRows && a.rows <= kStreamDenseMaxRows && output_tile_rows(a, 128) >= kStreamDenseMinTiles &&
+        dense_stream_enabled() && launch_stream_dense(a, s))
       return true;
   if constexpr (WT == Wt::kFp8)
     if (a.rows >= kBulkLin8MinRows && a.rows < kWgmmaMinRows && bulk_ctas(a) >= kBulkLin8MinCtas &&

@@ -1,6 +1,7 @@
 // The warpgroup-MMA forms of the tensor-core linears against the register-fed tiles, bit for bit:
 // the bulk-copy lin8 and bf16 dense (sm90_lin8_bulk.cu, sm90_dense_bulk.cu; mma::bulk_tile()) and
-// the TMA-streamed lin8 (sm90_lin8_stream.cu; mma::stream_tile()). GPU only (skips without one).
+// the TMA-streamed lin8 and bf16 dense (sm90_lin8_stream.cu, sm90_dense_stream.cu; mma::stream_tile()).
+// GPU only (skips without one).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -99,25 +100,25 @@ TEST(Lin8StreamTest, EqualsTheRegisterTilesBitForBit) {
                                          950);
 }
 
-// The bulk-copy bf16 dense kernel (sm90_dense_bulk.cu, mma::bulk_tile(); the default from
-// 2048 rows) equals the register-fed tiles bit for bit: K of 4, 8 and 32 blocks, bf16-valued
-// and fp32 activations (the lo tiles), rounded with a post_scale and not, grouped (wo_a's form)
-// and dense_linear_multi's segments, with partial row and output tiles.
-TEST(DenseBulkTest, EqualsTheRegisterTilesBitForBit) {
-  SKIP_WITHOUT_GPU();
-  for (const int64_t in : {int64_t{512}, int64_t{1024}, int64_t{4096}}) {
+// bf16 dense on forced tile `tile` equals the first register-fed tile bit for bit: K of each of
+// `ins`, bf16-valued and fp32 activations (the lo tiles), rounded with a post_scale and not,
+// grouped (wo_a's form) and dense_linear_multi's segments, with partial row and output tiles, for
+// each row count. Seeds: weights 800 + in, activations 810 + rows + in and 820 + rows.
+void expect_dense_tile_equals_register_tiles(int tile, std::initializer_list<int64_t> ins,
+                                             std::initializer_list<int64_t> row_counts) {
+  for (const int64_t in : ins) {
     const int64_t out = 1040, G = 2, gout = 512, opg = gout / G;
     const std::vector<uint16_t> bits = to_bf16_bits(random_bf16(out * in, 0.05f, 800 + in));
     auto dwb = to_device(bits);
-    for (const int64_t rows : {1, 130, 300}) {
+    for (const int64_t rows : row_counts) {
       const auto xb = random_bf16(rows * G * in, 1.0f, 810 + rows + in);
       std::vector<float> xf(rows * G * in);
       std::mt19937_64 rng(820 + rows);
       std::normal_distribution<float> d(0.0f, 1.0f);
       for (float& v : xf) v = d(rng);  // full fp32 mantissas: the lo tiles
       auto dxb = to_device(xb), dxf = to_device(xf);
-      auto run = [&](int tile) {
-        mma::force_tile(tile);
+      auto run = [&](int forced) {
+        mma::force_tile(forced);
         std::vector<DeviceBuffer<float>> y;
         for (int64_t n : {out, out, gout, gout, out, int64_t{200}}) y.emplace_back(rows * n);
         dense_linear(dxb.get(), rows, in, dwb.get(), true, out, in, 0, true, 0.0f, y[0].get(), nullptr);
@@ -133,12 +134,27 @@ TEST(DenseBulkTest, EqualsTheRegisterTilesBitForBit) {
         mma::force_tile(-1);
         return h;
       };
-      const auto want = run(0), got = run(mma::bulk_tile());
+      const auto want = run(0), got = run(tile);
       for (size_t k = 0; k < want.size(); ++k)
         EXPECT_EQ(0, std::memcmp(got[k].data(), want[k].data(), want[k].size() * sizeof(float)))
-            << "in " << in << " rows " << rows << " call " << k;
+            << "tile " << tile << " in " << in << " rows " << rows << " call " << k;
     }
   }
+}
+
+// The bulk-copy bf16 dense kernel (sm90_dense_bulk.cu, mma::bulk_tile(); the default from
+// 2048 rows): K of 4, 8 and 32 blocks.
+TEST(DenseBulkTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  expect_dense_tile_equals_register_tiles(mma::bulk_tile(), {512, 1024, 4096}, {1, 130, 300});
+}
+
+// The TMA-streamed bf16 dense kernel (sm90_dense_stream.cu, mma::stream_tile(); the default for
+// 9–64 rows of wide calls): every row tile size, K of 4 to 64 blocks (fewer blocks than chains,
+// and a ring that wraps many times).
+TEST(DenseStreamTest, EqualsTheRegisterTilesBitForBit) {
+  SKIP_WITHOUT_GPU();
+  expect_dense_tile_equals_register_tiles(mma::stream_tile(), {512, 1024, 4096, 8192}, {1, 5, 8, 9, 16, 24, 33, 64});
 }
 
 }  // namespace

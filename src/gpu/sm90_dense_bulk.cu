@@ -74,20 +74,8 @@ __global__ void dense_x_tiles_kernel(const float* __restrict__ x, int64_t valid,
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int C = int(i & 15);
     const int64_t r = (i >> 4) % rows, rest = (i >> 4) / rows, kb = rest % kblocks, g = rest / kblocks;
-    const int eta = C >> 3, cc = C & 7;
     uint32_t h[4] = {0u, 0u, 0u, 0u}, l[4] = {0u, 0u, 0u, 0u};
-    bool any = false;
-    if (r < valid) {
-      const float* src = x + r * x_stride + g * in + kb * 128;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float2 v = __ldg(reinterpret_cast<const float2*>(src + 32 * q + 16 * eta + 2 * cc));
-        h[q] = pack_bf16(v.x, v.y);
-        const float2 hv = bf16x2_to_float2(h[q]);
-        l[q] = pack_bf16(v.x - hv.x, v.y - hv.y);
-        any |= l[q] != 0u;
-      }
-    }
+    const bool any = r < valid && dense_x_chunk(x + r * x_stride + g * in + kb * 128, C, h, l);
     const int64_t tile = (g * tiles + r / kTile) * kblocks + kb;
     const int off = sw128_chunk_offset(kTile, int(r % kTile), C);
     *reinterpret_cast<uint4*>(hi + tile * kTileBytes + off) = make_uint4(h[0], h[1], h[2], h[3]);

@@ -25,21 +25,20 @@
 // in its (then idle) ring, and after a cluster barrier rank r adds all 8 chains in order for its
 // 128/S outputs, reading the other CTAs' chains through distributed shared memory.
 #include <cooperative_groups.h>
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <mutex>
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/linear_mma_common.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/sm90_tma_stream.cuh"
 #include "gpu/sm90_wgmma_common.cuh"
 
 namespace dsv4::gpu::mma::detail {
 namespace {
 
 using namespace wgmma;
+using namespace stream;
 namespace cg = cooperative_groups;
 
 constexpr int kOut = 128;                      // outputs of a CTA tile (one weight-scale row)
@@ -73,56 +72,6 @@ struct Maps {
   CUtensorMap w[kMaxDenseSegments];  // weights [out, in] of each segment (or the one weight)
   CUtensorMap x;                     // activation codes [rows, in]
 };
-
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-__device__ __forceinline__ void named_sync_consumers() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
-}
-
-// d (+)= A(64 × 16, registers: a[0..3] the mma.sync m16n8k16 A fragment of the warp's 16 rows) ·
-// B(N × 16 at bdesc)ᵀ, f16, fp32 accumulate; fresh when !acc.
-template <int NJ>
-__device__ __forceinline__ void wgmma_rs(float (&d)[4 * NJ], const uint32_t (&a)[4], uint64_t bdesc, bool acc) {
-  if constexpr (NJ == 1) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
-  } else if constexpr (NJ == 2) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, "
-        "1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
-  } else if constexpr (NJ == 4) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-        "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
-  } else {
-    static_assert(NJ == 8, "8, 16, 32 or 64 rows");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(int(acc)));
-  }
-}
 
 template <int NJ>
 __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
@@ -191,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
       const int kb = i / N, r = i % N;
       xs_s[i] = ta.n0 + r < a.rows ? __ldg(a.xs + (ta.n0 + r) * kblocks + kb) : 0.0f;
     }
-    named_sync_consumers();
+    named_sync<kConsumers>();
     const int h = warp >> 2, w = warp & 3;
     const int R0 = 64 * h + 16 * w + g, R1 = R0 + 8;
     // total: the chains' sum (S = 1) or, in a cluster, the first held chain; hold: the others.
@@ -226,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
           *reinterpret_cast<uint4*>(xt + sw128_chunk_offset(N, p, C)) = make_uint4(o[0], o[1], o[2], o[3]);
         }
         fence_proxy_async();
-        named_sync_consumers();
+        named_sync<kConsumers>();
         // The warp's weight rows R0, R1: bytes 32t .. 32t + 31 (chunks 2t, 2t + 1, swizzled by row).
         uint4 wv[2][2];
 #pragma unroll
@@ -247,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
         wg_fence();
 #pragma unroll
         for (int k = 0; k < 8; ++k)
-          wgmma_rs<NJ>(part, af[k], sw128_desc(smem_addr(xt) + (k >> 2) * (N * 128) + (k & 3) * 32), k > 0);
+          wgmma_rs<NJ, false>(part, af[k], sw128_desc(smem_addr(xt) + (k >> 2) * (N * 128) + (k & 3) * 32), k > 0);
         wg_commit();
         wg_wait0();
         // Every read of stage s is done (weights in registers, the B tile by the waited MMAs, the
@@ -284,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
       // Park the held chains in the ring (every copy has landed and been read): chain l of output
       // o (0..127), row r at ((l·128 + o)·N + r).
       float* park = reinterpret_cast<float*>(sm);
-      named_sync_consumers();
+      named_sync<kConsumers>();
 #pragma unroll
       for (int l = 0; l < kMaxHeld; ++l)
         if (l < held)
@@ -317,32 +266,6 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
     }
   }
   cluster.sync();  // no CTA leaves while another reads its chains
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    (void)cudaGetLastError();
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// A 2-D map of a row-major byte matrix [rows, cols] read in boxes of 128 bytes × box_rows rows
-// (rows beyond the matrix read as zeros); swizzled for the weight boxes.
-bool encode_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int box_rows, bool swizzle) {
-  const auto enc = tensor_map_encoder();
-  if (enc == nullptr) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols)};
-  const cuuint32_t box[2] = {128, cuuint32_t(box_rows)}, estr[2] = {1, 1};
-  return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estr,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The cluster size: the fewest of 1, 2, 4, 8 CTAs per tile that give at least kMinCtas CTAs

@@ -172,6 +172,23 @@ __device__ __forceinline__ void bulk_stage_release(int* released, int s, int n, 
   }
 }
 
+// The dense path's x split for chunk C (0..15) of a 128-K block in the wgmma tile order: pairs
+// i = 0..3 of the chunk from physical k 32i + 16η + 2·(C % 8), η = C / 8, of the block's fp32
+// values at src, as bf16 hi and lo = x − hi (packed pairs). Returns whether some lo is nonzero.
+__device__ __forceinline__ bool dense_x_chunk(const float* src, int C, uint32_t (&h)[4], uint32_t (&l)[4]) {
+  const int eta = C >> 3, cc = C & 7;
+  bool any = false;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(src + 32 * q + 16 * eta + 2 * cc));
+    h[q] = pack_bf16(v.x, v.y);
+    const float2 hv = bf16x2_to_float2(h[q]);
+    l[q] = pack_bf16(v.x - hv.x, v.y - hv.y);
+    any |= l[q] != 0u;
+  }
+  return any;
+}
+
 // The tile's outputs from a warpgroup's accumulators (d[4j + 2r + c]: output 64h + 16w + g + 8r
 // of the tile, row 8j + 2t + c; w the warp in the warpgroup): float(total), then the optional
 // bf16 rounding and post_scale (the staged kernel's epilogue; lin8 calls have no post_scale).
