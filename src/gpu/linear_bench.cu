@@ -207,9 +207,12 @@ int main(int argc, char** argv) {
              flops_of(M, sh.out, sh.in));
     }
   }
-  // wo_a as the model stores it: e4m3 codes + 128×128 scales, bf16 arithmetic (dense_linear_fp8).
-  if (wanted("wo_a fp8")) {
-    const int64_t out = 4096, in = 4096, opg = 1024, xstride = (out / opg) * in;
+  // wo_a as the model stores it: e4m3 codes + 128×128 scales, bf16 arithmetic (dense_linear_fp8);
+  // the TP2 shape (4 groups) and the TP1 one (8 groups: 64 heads).
+  for (const int64_t out : {int64_t{4096}, int64_t{8192}}) {
+    const std::string tag = out == 4096 ? "" : "tp1 ";
+    if (!wanted(tag + "wo_a fp8")) continue;
+    const int64_t in = 4096, opg = 1024, xstride = (out / opg) * in;
     const int64_t wb = out * in, sb = (out / 128) * (in / 128);
     const int nc = copies_for(double(wb + sb));
     DeviceBuffer<uint8_t> w(wb * nc), ws(sb * nc);
@@ -221,7 +224,7 @@ int main(int argc, char** argv) {
     round_bf16_values(x.get(), Mmax * xstride, nullptr);
     // x's bf16 copy with per-row flags, as the decode step hands it over (decode_rope_inverse_bf16;
     // here with a rotation by angle 0: cos 1, sin 0, which keeps the bf16 values).
-    const int heads = 32, hd = 512, pairs = 32;
+    const int hd = 512, heads = int(xstride / hd), pairs = 32;
     std::vector<float> unit(pairs * 2, 0.0f);
     for (int p = 0; p < pairs; ++p) unit[2 * p] = 1.0f;
     DeviceBuffer<float> table(unit.size());
@@ -240,7 +243,7 @@ int main(int argc, char** argv) {
                                wide.get(), with16 ? x16.get() : nullptr, with16 ? exact.get() : nullptr);
             },
             replays);
-        report("dense fp8", with16 ? "wo_a fp8+xbf16 4x1024x4096" : "wo_a fp8 grouped 4x1024x4096", M,
+        report("dense fp8", tag + (with16 ? "wo_a fp8+xbf16 " : "wo_a fp8 grouped ") + std::to_string(out / opg) + "x1024x4096", M,
                double(wb + sb) + M * xstride * (with16 ? 2.0 : 4.0) + M * out * 4.0, t, flops_of(M, out, in));
       }
     // The two helpers on their own: the prefill path's widening (reads codes + scales, writes
@@ -249,7 +252,7 @@ int main(int argc, char** argv) {
     const Timing tw = time_graph(
         [&](int i, cudaStream_t s) { widen_fp8_tiles(w.get() + (i % nc) * wb, ws.get() + (i % nc) * sb, out, in, wide.get(), s); },
         replays);
-    report("widen", "wo_a e4m3 -> bf16 4096x4096", out, double(wb + sb) + 2.0 * wb, tw);
+    report("widen", tag + "wo_a e4m3 -> bf16 " + std::to_string(out) + "x4096", out, double(wb + sb) + 2.0 * wb, tw);
     for (int64_t M : Ms) {
       if (M > Mdecode) continue;
       const Timing t = time_graph(
@@ -257,7 +260,7 @@ int main(int argc, char** argv) {
             decode_rope_inverse_bf16(x.get(), M, heads, hd, pos0.get(), table.get(), pairs, x16.get(), exact.get(), s);
           },
           replays);
-      report("small", "rope_inverse+bf16 32x512", M,
+      report("small", tag + "rope_inverse+bf16 " + std::to_string(heads) + "x512", M,
              M * (xstride * 6.0 + heads * 2 * pairs * 4.0 + xstride / kBf16CopyFlagValues * 4.0), t);
     }
   }

@@ -88,7 +88,7 @@ TEST(DenseFp8Test, EqualsTheWidenedWeightBitForBitOnEveryTile) {
           }
         auto dx16 = to_device(x16);
         auto dok = to_device(ok);
-        for (const int t : {-1, 0, 2, 5, 11}) {
+        for (const int t : {-1, 0, 2, 5, 11, mma::stream_tile()}) {
           mma::force_tile(t);
           dense_linear_fp8(x, rows, xstride, dw.get(), ds.get(), sh.out, sh.in, sh.opg, !fp32_x, got_d.get(), nullptr,
                            nullptr, dx16.get(), dok.get());

@@ -198,9 +198,11 @@ bool launch_bulk_lin8(const Args& a, cudaStream_t s);
 // takes): the same bits; declines x_row_div ≠ 1, grouped calls, in > 16384 (> 8192 above 16 rows)
 // and a missing tensor-map encoder.
 bool launch_stream_lin8(const Args& a, cudaStream_t s, bool any_shape);
-// The bf16 dense path for ≤ 64 rows in the same form (sm90_dense_stream.cu: 128-output tiles, a
-// launch that splits x into hi / lo tiles first, no cluster split): the same bits; declines
-// x_stride or x not 8-byte aligned, and calls its scratch is too small for while capturing.
+// The dense path (bf16 or e4m3-as-bf16 weights) for ≤ 64 rows in the same form
+// (sm90_dense_stream.cu: 128-output tiles, a launch that splits x into hi / lo tiles first, no
+// cluster split): the same bits; declines x_stride or x not 8-byte aligned, e4m3 segments or
+// more than 128 K blocks, and calls its scratch is too small for while capturing.
+template <Wt WT>
 bool launch_stream_dense(const Args& a, cudaStream_t s);
 // The bf16 dense path in the same form (sm90_dense_bulk.cu: x split into bf16 hi / lo tiles, a lo
 // flag per block).

@@ -76,8 +76,12 @@ bool lin8_stream_enabled() {
 // DSV4_DENSE_STREAM=0. Rule from H200 gpu_linear_bench (docs/decode-linears.md, round 16): the
 // LM head 129280 × 4096 at 8 / 16 / 32 / 64 rows 279.3 / 366.6 / 698.3 / 747.8 → 257.8 / 259.2 /
 // 268.5 / 289.8 µs (equal at one row); calls of 8–32 tiles (wo_a, the compressors) stay on the
-// register tiles, which lead there below 64 rows.
+// register tiles, which lead there below 64 rows. e4m3-as-bf16 weights (wo_a) from
+// kStreamFp8MinRows rows and kStreamFp8MinTiles tiles: TP1's 8 × 1024 × 4096 with x's bf16 copy
+// at 32 / 64 rows 31.7 / 57.1 → 29.8 / 42.8 µs; TP2's 32 tiles and ≤ 16 rows stay on the register
+// tiles (TP2 at 64 rows 29.9 vs 39.5).
 constexpr int64_t kStreamDenseMinRows = 2, kStreamDenseMaxRows = 64, kStreamDenseMinTiles = 120;
+constexpr int64_t kStreamFp8MinRows = 32, kStreamFp8MinTiles = 64;
 bool dense_stream_enabled() {
   static const bool on = env_switch_on("DSV4_DENSE_STREAM");
   return on;
@@ -100,19 +104,22 @@ bool dispatch(const Args& a, cudaStream_t s) {
         (g_forced_tile == kNumTiles + 3 && launch_stream_lin8(a, s, true)))
       return true;
   if constexpr (WT == Wt::kBf16)
-    if ((g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) ||
-        (g_forced_tile == kNumTiles + 3 && launch_stream_dense(a, s)))
-      return true;
+    if (g_forced_tile == kNumTiles + 2 && launch_bulk_dense(a, s)) return true;
+  if constexpr (WT != Wt::kFp8)
+    if (g_forced_tile == kNumTiles + 3 && launch_stream_dense<WT>(a, s)) return true;
   if (g_forced_tile >= 0 && g_forced_tile < kNumTiles && register_tile_fits(g_forced_tile, a))
     return launch_register_tile<WT>(g_forced_tile, a, s);
   if constexpr (WT == Wt::kFp8)
     if (a.rows >= kStreamLin8MinRows && a.rows <= kStreamLin8MaxRows && lin8_stream_enabled() &&
         launch_stream_lin8(a, s, false))
       return true;
-  if constexpr (WT == Wt::kBf16)
-    if (a.rows >= kStreamDenseMinRows && a.rows <= kStreamDenseMaxRows && output_tile_rows(a, 128) >= kStreamDenseMinTiles &&
-        dense_stream_enabled() && launch_stream_dense(a, s))
+  if constexpr (WT != Wt::kFp8) {
+    const bool fp8 = WT == Wt::kFp8AsBf16;
+    if (a.rows >= (fp8 ? kStreamFp8MinRows : kStreamDenseMinRows) && a.rows <= kStreamDenseMaxRows &&
+        output_tile_rows(a, 128) >= (fp8 ? kStreamFp8MinTiles : kStreamDenseMinTiles) && dense_stream_enabled() &&
+        launch_stream_dense<WT>(a, s))
       return true;
+  }
   if constexpr (WT == Wt::kFp8)
     if (a.rows >= kBulkLin8MinRows && a.rows < kWgmmaMinRows && bulk_ctas(a) >= kBulkLin8MinCtas &&
         lin8_wgmma_enabled() && lin8_bulk_enabled() && launch_bulk_lin8(a, s))

@@ -42,26 +42,29 @@ using namespace stream;
 
 constexpr int kOut = 128;                  // outputs of a CTA tile
 constexpr int kConsumers = 256, kThreads = kConsumers + 32;
-constexpr int kBox = kOut * 128;           // one weight box: 128 rows × 128 bytes (64 bf16)
-constexpr int kWBytes = 2 * kBox;          // a block's weights
+constexpr int kBox = kOut * 128;           // one weight box: 128 rows × 128 bytes (64 bf16 or 128 e4m3)
 constexpr int kSmemLimit = 232448;
+constexpr int kMaxScaleBlocks = 128;       // e4m3 weights: K blocks whose tile scales fit
 
-template <int NJ>
+template <Wt WT, int NJ>
 struct Layout {
+  static constexpr bool kFp8 = WT == Wt::kFp8AsBf16;
+  static constexpr int kWBytes = kFp8 ? kBox : 2 * kBox;   // a block's weights
   static constexpr int kRows = 8 * NJ;
   static constexpr int kXTile = kRows * 256;                // one B tile (hi or lo): two atoms of kRows × 128 B
   static constexpr int kXBytes = 2 * kXTile;                // hi, then lo
   static constexpr int kStage = kWBytes + kXBytes;          // a multiple of 1024
-  static constexpr int kStages = (kSmemLimit - 1024 - 256) / kStage;
+  static constexpr int kStages = (kSmemLimit - 1024 - 1024) / kStage;
   static constexpr int kBars = kStages * kStage;            // full[kStages], empty[kStages]
   static constexpr int kLoOn = kBars + 2 * kStages * 8;     // the stage's block has lo values
-  static constexpr int kSmem = 1024 + kLoOn + kStages * 4;
+  static constexpr int kScales = kLoOn + kStages * 4;       // e4m3: the tile-scale exponents [kblocks]
+  static constexpr int kSmem = 1024 + kScales + (kFp8 ? kMaxScaleBlocks * 4 : 0);
   static_assert(kStage % 1024 == 0, "stages must keep the 1024-byte swizzle alignment");
   static_assert(kStages >= 3 && kSmem <= kSmemLimit, "shared memory for a 3-stage ring");
 };
 
 struct Maps {
-  CUtensorMap w[kMaxDenseSegments];  // weights [out, in] bf16, as bytes [out, 2·in], of each segment
+  CUtensorMap w[kMaxDenseSegments];  // weights [out, in] (bf16 as bytes [out, 2·in]) of each segment
 };
 
 // x (fp32 [valid, x_stride], group g's slice at g·in) into the B tiles, one CTA per (block kb,
@@ -86,17 +89,19 @@ __global__ void __launch_bounds__(256) dense_x_stream_kernel(const float* __rest
   if (threadIdx.x == 0) lo_flag[tile] = any;
 }
 
-template <int NJ>
+template <Wt WT, int NJ>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_stream_kernel(Args a, const __grid_constant__ Maps maps, const uint8_t* __restrict__ xp,
                         const int32_t* __restrict__ lo_flag) {
-  using L = Layout<NJ>;
-  constexpr int kStages = L::kStages, N = L::kRows;
+  using L = Layout<WT, NJ>;
+  constexpr int kStages = L::kStages, N = L::kRows, kWBytes = L::kWBytes;
+  constexpr bool kFp8 = L::kFp8;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* sm = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(sm + L::kBars);
   uint64_t* empty = full + kStages;
   int* lo_on = reinterpret_cast<int*>(sm + L::kLoOn);
+  int* scale_e = reinterpret_cast<int*>(sm + L::kScales);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const TileArgs ta = resolve_tile(a, kOut, N);
   const int kblocks = int(a.in / 128);
@@ -108,7 +113,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_init_fence();
   }
-  __syncthreads();  // the barriers initialized
+  if constexpr (kFp8)  // tile scales are not written by earlier kernels: read before the wait
+    for (int i = threadIdx.x; i < kblocks; i += kThreads) scale_e[i] = __ldg(ta.ws + (ta.o0 / 128) * kblocks + i);
+  __syncthreads();  // the barriers initialized, the scales staged
 
   if (warp == kConsumers / 32) {  // ---- producer: one lane issues every copy ----
     if (lane == 0) {
@@ -120,8 +127,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto weights = [&](int s, int kb) {
         uint8_t* st = sm + s * L::kStage;
         mbar_expect_tx(full + s, kWBytes);
-        tma_load_2d(st, wmap, kb * 256, int(ta.o0), full + s);
-        tma_load_2d(st + kBox, wmap, kb * 256 + 128, int(ta.o0), full + s);
+        if constexpr (kFp8) {
+          tma_load_2d(st, wmap, kb * 128, int(ta.o0), full + s);
+        } else {
+          tma_load_2d(st, wmap, kb * 256, int(ta.o0), full + s);
+          tma_load_2d(st + kBox, wmap, kb * 256 + 128, int(ta.o0), full + s);
+        }
       };
       auto x_tiles = [&](int s, int kb) {
         const int lo = lo_flag[tile0 + kb];
@@ -155,27 +166,59 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 4 * NJ; ++i) acc[i] = 0.0f, total[i] = 0.0;
   int c = 0, kbc = 0;  // block n of the chains' order is block kbc of chain c
+  // e4m3: acc is in units of the tile scale 2^(e_cur − 127) of the chain's current block (−1: none
+  // yet); at a block with another scale it is multiplied by 2^(e_cur − e) (ldexpf, exact while a
+  // normal fp32 value), at the chain's end by 2^(e_cur − 127) — the register tiles' arithmetic.
+  int e_cur = -1;
 #pragma unroll 1
   for (int n = 0; n < kblocks; ++n) {
     const int s = n % kStages;
     const uint8_t* st = sm + s * L::kStage;
-    mbar_wait(full + s, uint32_t((n / kStages) & 1));
-    // The lane's physical k 32t .. 32t + 31 of rows R0, R1: box t / 2, chunks 4·(t % 2) + q,
-    // swizzled by row.
-    const uint8_t* box = st + (t >> 1) * kBox;
-    uint4 wv[2][4];
+    if constexpr (kFp8) {
+      const int e = scale_e[kbc];
+      if (e != e_cur) {
+        if (e_cur >= 0)
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      wv[0][q] = *reinterpret_cast<const uint4*>(box + R0 * 128 + (((4 * (t & 1) + q) ^ (R0 & 7)) << 4));
-      wv[1][q] = *reinterpret_cast<const uint4*>(box + R1 * 128 + (((4 * (t & 1) + q) ^ (R1 & 7)) << 4));
+          for (int i = 0; i < 4 * NJ; ++i) acc[i] = ldexpf(acc[i], e_cur - e);
+        e_cur = e;
+      }
     }
-    uint32_t af[8][4];  // step k: words 2k (MMA pair t) and 2k + 1 (pair t + 4) of both rows
+    mbar_wait(full + s, uint32_t((n / kStages) & 1));
+    uint32_t af[8][4];  // step k: MMA pairs t (k 2t, 2t+1) and t + 4 (2t+8, 2t+9) of rows R0, R1
+    if constexpr (kFp8) {
+      // The lane's bytes 32t .. 32t + 31 of rows R0, R1 (chunks 2t, 2t + 1, swizzled by row); step
+      // k: word k, its low codes → pair t, its high codes → pair t + 4, as bf16 (exact).
+      uint4 wv[2][2];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      af[k][0] = word(wv[0], 2 * k);
-      af[k][1] = word(wv[1], 2 * k);
-      af[k][2] = word(wv[0], 2 * k + 1);
-      af[k][3] = word(wv[1], 2 * k + 1);
+      for (int q = 0; q < 2; ++q) {
+        wv[0][q] = *reinterpret_cast<const uint4*>(st + R0 * 128 + (((2 * t + q) ^ (R0 & 7)) << 4));
+        wv[1][q] = *reinterpret_cast<const uint4*>(st + R1 * 128 + (((2 * t + q) ^ (R1 & 7)) << 4));
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t w0 = word(wv[0], k), w1 = word(wv[1], k);
+        af[k][0] = e4m3x2_to_bf16x2(w0);
+        af[k][1] = e4m3x2_to_bf16x2(w1);
+        af[k][2] = e4m3x2_to_bf16x2(w0 >> 16);
+        af[k][3] = e4m3x2_to_bf16x2(w1 >> 16);
+      }
+    } else {
+      // The lane's physical k 32t .. 32t + 31 of rows R0, R1: box t / 2, chunks 4·(t % 2) + q,
+      // swizzled by row; step k: words 2k (pair t) and 2k + 1 (pair t + 4).
+      const uint8_t* box = st + (t >> 1) * kBox;
+      uint4 wv[2][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        wv[0][q] = *reinterpret_cast<const uint4*>(box + R0 * 128 + (((4 * (t & 1) + q) ^ (R0 & 7)) << 4));
+        wv[1][q] = *reinterpret_cast<const uint4*>(box + R1 * 128 + (((4 * (t & 1) + q) ^ (R1 & 7)) << 4));
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        af[k][0] = word(wv[0], 2 * k);
+        af[k][1] = word(wv[1], 2 * k);
+        af[k][2] = word(wv[0], 2 * k + 1);
+        af[k][3] = word(wv[1], 2 * k + 1);
+      }
     }
     const uint32_t xh = smem_addr(st + kWBytes), xl = xh + L::kXTile;
     wg_fence();
@@ -198,6 +241,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + s);
     if (kbc + kWarps >= kblocks) {  // the last block of chain c
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int i = 0; i < 4 * NJ; ++i) acc[i] = ldexpf(acc[i], e_cur - 127);
+        e_cur = -1;
+      }
 #pragma unroll
       for (int i = 0; i < 4 * NJ; ++i) {
         total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
@@ -215,9 +263,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The call on one row tile of 8·NJ rows (see launch_stream_dense).
-template <int NJ>
+template <Wt WT, int NJ>
 bool launch(Args a, cudaStream_t s) {
-  using L = Layout<NJ>;
+  using L = Layout<WT, NJ>;
+  const int64_t cols = L::kFp8 ? a.in : 2 * a.in;  // the weight rows' bytes
   dim3 grid;
   if (!tiled_grid(a, kOut, L::kRows, grid) || grid.x != 1) return false;  // x: row tiles, y: output tiles
   const int64_t kblocks = a.in / 128, groups = a.nseg > 0 ? 1 : a.out / a.opg;
@@ -229,17 +278,17 @@ bool launch(Args a, cudaStream_t s) {
   int32_t* flags = reinterpret_cast<int32_t*>(xp + xbytes);
   Maps maps{};
   if (a.nseg == 0) {
-    if (!encode_map(&maps.w[0], a.w, a.out, 2 * a.in, kOut, true)) return false;
+    if (!encode_map(&maps.w[0], a.w, a.out, cols, kOut, true)) return false;
   } else {
     for (int j = 0; j < a.nseg; ++j)
-      if (!aligned16(a.seg[j].w) || !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, 2 * a.in, kOut, true))
+      if (!aligned16(a.seg[j].w) || !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, cols, kOut, true))
         return false;
   }
   launch_pdl(dense_x_stream_kernel, dim3(unsigned(kblocks), unsigned(groups)), 256, 0, s,
              static_cast<const float*>(a.x), a.rows, a.x_stride, a.in, L::kRows, xp, flags);
   static std::once_flag attr_set[kMaxDevices];
   call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(dense_stream_kernel<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(dense_stream_kernel<WT, NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
   });
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg{};
@@ -249,21 +298,26 @@ bool launch(Args a, cudaStream_t s) {
   cfg.stream = s;
   cfg.attrs = attr;
   cfg.numAttrs = cluster_pdl_attrs(attr, 1, pdl_enabled());
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, dense_stream_kernel<NJ>, a, maps, static_cast<const uint8_t*>(xp),
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, dense_stream_kernel<WT, NJ>, a, maps, static_cast<const uint8_t*>(xp),
                                 static_cast<const int32_t*>(flags)));
   return true;
 }
 
 }  // namespace
 
+template <Wt WT>
 bool launch_stream_dense(const Args& a, cudaStream_t s) {
+  static_assert(WT == Wt::kBf16 || WT == Wt::kFp8AsBf16, "the dense weight types");
   if (a.rows > 64 || a.in % 128 != 0 || a.x_stride % 2 != 0 || (reinterpret_cast<uintptr_t>(a.x) & 7) != 0 ||
-      (a.nseg == 0 && !aligned16(a.w)))
+      (a.nseg == 0 && !aligned16(a.w)) ||
+      (WT == Wt::kFp8AsBf16 && (a.nseg > 0 || a.in / 128 > kMaxScaleBlocks)))
     return false;
-  if (a.rows <= 8) return launch<1>(a, s);
-  if (a.rows <= 16) return launch<2>(a, s);
-  if (a.rows <= 32) return launch<4>(a, s);
-  return launch<8>(a, s);
+  if (a.rows <= 8) return launch<WT, 1>(a, s);
+  if (a.rows <= 16) return launch<WT, 2>(a, s);
+  if (a.rows <= 32) return launch<WT, 4>(a, s);
+  return launch<WT, 8>(a, s);
 }
+template bool launch_stream_dense<Wt::kBf16>(const Args&, cudaStream_t);
+template bool launch_stream_dense<Wt::kFp8AsBf16>(const Args&, cudaStream_t);
 
 }  // namespace dsv4::gpu::mma::detail
