@@ -148,20 +148,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_wait0();
     // The stage's reads are done: the last of the 8 warps to get here refills it.
     bulk_stage_release<kStages>(released, s, n, kblocks, kConsumers / 32, fetch);
-    if (kb + kWarps >= kblocks) {  // the last block of chain c
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
-        acc[i] = 0.0f;
-      }
-      kb = ++c;
-    } else {
-      kb += kWarps;
-    }
+    next_chain_block(acc, total, c, kb, kblocks);
   }
-  for (; c < kWarps; ++c)  // chains without blocks add zeros, as the staged kernel's do
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
+  finish_chains(acc, total, c);
 
   store_tile<16>(ta, a.rows, total, h, w, g, t);
 }

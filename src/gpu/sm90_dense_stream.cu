@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = L::kStages, N = L::kRows, kWBytes = L::kWBytes;
   constexpr bool kFp8 = L::kFp8;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* sm = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* sm = smem_1024(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(sm + L::kBars);
   uint64_t* empty = full + kStages;
   int* lo_on = reinterpret_cast<int*>(sm + L::kLoOn);
@@ -106,13 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const TileArgs ta = resolve_tile(a, kOut, N);
   const int kblocks = int(a.in / 128);
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 2);  // the weights' and the x tiles' expect_tx arrivals
-      mbar_init(empty + s, kConsumers / 32);
-    }
-    mbar_init_fence();
-  }
+  ring_init<kStages>(full, empty, 2, kConsumers / 32);  // full: the weights' and the x tiles' arrivals
   if constexpr (kFp8)  // tile scales are not written by earlier kernels: read before the wait
     for (int i = threadIdx.x; i < kblocks; i += kThreads) scale_e[i] = __ldg(ta.ws + (ta.o0 / 128) * kblocks + i);
   __syncthreads();  // the barriers initialized, the scales staged
@@ -186,22 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(full + s, uint32_t((n / kStages) & 1));
     uint32_t af[8][4];  // step k: MMA pairs t (k 2t, 2t+1) and t + 4 (2t+8, 2t+9) of rows R0, R1
     if constexpr (kFp8) {
-      // The lane's bytes 32t .. 32t + 31 of rows R0, R1 (chunks 2t, 2t + 1, swizzled by row); step
-      // k: word k, its low codes → pair t, its high codes → pair t + 4, as bf16 (exact).
-      uint4 wv[2][2];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        wv[0][q] = *reinterpret_cast<const uint4*>(st + R0 * 128 + (((2 * t + q) ^ (R0 & 7)) << 4));
-        wv[1][q] = *reinterpret_cast<const uint4*>(st + R1 * 128 + (((2 * t + q) ^ (R1 & 7)) << 4));
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const uint32_t w0 = word(wv[0], k), w1 = word(wv[1], k);
-        af[k][0] = e4m3x2_to_bf16x2(w0);
-        af[k][1] = e4m3x2_to_bf16x2(w1);
-        af[k][2] = e4m3x2_to_bf16x2(w0 >> 16);
-        af[k][3] = e4m3x2_to_bf16x2(w1 >> 16);
-      }
+      e4m3_box_fragments(st, R0, t, af, [](uint32_t v) { return e4m3x2_to_bf16x2(v); });
     } else {
       // The lane's physical k 32t .. 32t + 31 of rows R0, R1: box t / 2, chunks 4·(t % 2) + q,
       // swizzled by row; step k: words 2k (pair t) and 2k + 1 (pair t + 4).
@@ -240,25 +219,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Every read of stage s is done (weights in registers, the B tiles by the waited MMAs).
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + s);
-    if (kbc + kWarps >= kblocks) {  // the last block of chain c
-      if constexpr (kFp8) {
+    if (kFp8 && kbc + kWarps >= kblocks) {  // chain c's last block: back from its scale units
 #pragma unroll
-        for (int i = 0; i < 4 * NJ; ++i) acc[i] = ldexpf(acc[i], e_cur - 127);
-        e_cur = -1;
-      }
-#pragma unroll
-      for (int i = 0; i < 4 * NJ; ++i) {
-        total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
-        acc[i] = 0.0f;
-      }
-      kbc = ++c;
-    } else {
-      kbc += kWarps;
+      for (int i = 0; i < 4 * NJ; ++i) acc[i] = ldexpf(acc[i], e_cur - 127);
+      e_cur = -1;
     }
+    next_chain_block(acc, total, c, kbc, kblocks);
   }
-  for (; c < kWarps; ++c)  // chains without blocks add zeros, as the staged kernel's do
-#pragma unroll
-    for (int i = 0; i < 4 * NJ; ++i) total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
+  finish_chains(acc, total, c);
   store_tile<NJ>(ta, a.rows, total, h, w, g, t);
 }
 

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
   constexpr int kStages = L::kStages, kMaxHeld = L::kMaxHeld;
   constexpr int N = L::kRows;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* sm = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* sm = smem_1024(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(sm + L::kBars);
   uint64_t* empty = full + kStages;
   float* sw_s = reinterpret_cast<float*>(sm + L::kSw);
@@ -94,13 +94,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
   int base = 0, nloc = 0;
   for (int c = 0; c < c0 + held; ++c) (c < c0 ? base : nloc) += int(chain_blocks(c, kblocks));
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, kConsumers / 32);
-    }
-    mbar_init_fence();
-  }
+  ring_init<kStages>(full, empty, 1, kConsumers / 32);
   __syncthreads();  // the barriers initialized
 
   if (warp == kConsumers / 32) {  // ---- producer: one lane issues every copy ----
@@ -142,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
     }
     named_sync<kConsumers>();
     const int h = warp >> 2, w = warp & 3;
-    const int R0 = 64 * h + 16 * w + g, R1 = R0 + 8;
+    const int R0 = 64 * h + 16 * w + g;
     // total: the chains' sum (S = 1) or, in a cluster, the first held chain; hold: the others.
     float total[4 * NJ], acc[4 * NJ], hold[kMaxHeld > 1 ? kMaxHeld - 1 : 1][4 * NJ];
 #pragma unroll
@@ -176,22 +170,9 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
         }
         fence_proxy_async();
         named_sync<kConsumers>();
-        // The warp's weight rows R0, R1: bytes 32t .. 32t + 31 (chunks 2t, 2t + 1, swizzled by row).
-        uint4 wv[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          wv[0][q] = *reinterpret_cast<const uint4*>(st + R0 * 128 + (((2 * t + q) ^ (R0 & 7)) << 4));
-          wv[1][q] = *reinterpret_cast<const uint4*>(st + R1 * 128 + (((2 * t + q) ^ (R1 & 7)) << 4));
-        }
+        // The warp's weight rows R0, R0 + 8: bytes 32t .. 32t + 31 (chunks 2t, 2t + 1, swizzled by row).
         uint32_t af[8][4];  // step k's A fragment: word k of both rows, f16 pairs (lower k, upper k)
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const uint32_t w0 = word(wv[0], k), w1 = word(wv[1], k);
-          af[k][0] = e4m3x2_to_f16x2(w0);
-          af[k][1] = e4m3x2_to_f16x2(w1);
-          af[k][2] = e4m3x2_to_f16x2(w0 >> 16);
-          af[k][3] = e4m3x2_to_f16x2(w1 >> 16);
-        }
+        e4m3_box_fragments(st, R0, t, af, [](uint32_t v) { return e4m3x2_to_f16x2(v); });
         float part[4 * NJ] = {};
         wg_fence();
 #pragma unroll

@@ -40,6 +40,23 @@ inline bool encode_map(CUtensorMap* map, const void* base, int64_t rows, int64_t
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The first 1024-byte-aligned byte of the dynamic shared memory (128-byte swizzle atoms need it).
+__device__ __forceinline__ uint8_t* smem_1024(uint8_t* raw) {
+  return raw + ((1024 - (wgmma::smem_addr(raw) & 1023)) & 1023);
+}
+// Thread 0 initializes a producer / consumer ring: full[s] completes on full_arrivals expect-tx
+// arrivals plus their bytes, empty[s] on one arrival per consumer warp. The caller syncs after.
+template <int kStages>
+__device__ __forceinline__ void ring_init(uint64_t* full, uint64_t* empty, int full_arrivals, int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      wgmma::mbar_init(full + s, full_arrivals);
+      wgmma::mbar_init(empty + s, consumer_warps);
+    }
+    wgmma::mbar_init_fence();
+  }
+}
+
 // The box at byte column c0, row c1 of map into dst, completing on bar's transaction count.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
   asm volatile(
@@ -53,6 +70,29 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 template <int kThreads>
 __device__ __forceinline__ void named_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+// The A fragments of a block from a 128-row × 128-byte box of e4m3 codes (128-byte swizzled):
+// lane (g, t) reads bytes 32t .. 32t + 31 (chunks 2t, 2t + 1) of rows R0 and R0 + 8; step k's
+// fragment is word k of both rows, its low code pair (MMA k 2t, 2t + 1) and high pair (2t + 8,
+// 2t + 9) each through conv (e4m3x2 → f16x2 or bf16x2, exact).
+template <class Conv>
+__device__ __forceinline__ void e4m3_box_fragments(const uint8_t* box, int R0, int t, uint32_t (&af)[8][4], Conv conv) {
+  const int R1 = R0 + 8;
+  uint4 wv[2][2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    wv[0][q] = *reinterpret_cast<const uint4*>(box + R0 * 128 + (((2 * t + q) ^ (R0 & 7)) << 4));
+    wv[1][q] = *reinterpret_cast<const uint4*>(box + R1 * 128 + (((2 * t + q) ^ (R1 & 7)) << 4));
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint32_t w0 = word(wv[0], k), w1 = word(wv[1], k);
+    af[k][0] = conv(w0);
+    af[k][1] = conv(w1);
+    af[k][2] = conv(w0 >> 16);
+    af[k][3] = conv(w1 >> 16);
+  }
 }
 
 // d (+)= A(64 × 16, registers: a[0..3] the mma.sync m16n8k16 A fragment of the warp's 16 rows) ·

@@ -189,6 +189,30 @@ __device__ __forceinline__ bool dense_x_chunk(const float* src, int C, uint32_t 
   return any;
 }
 
+// The dense chains' bookkeeping (linear_mma.h numerics) after block kb of chain c: when it was
+// the chain's last block, total = c == 0 ? double(acc) : total + double(acc), acc restarts at 0
+// and kb = c + 1 (the next chain's first block); otherwise kb advances by kWarps.
+template <int M>
+__device__ __forceinline__ void next_chain_block(float (&acc)[M], double (&total)[M], int& c, int& kb, int kblocks) {
+  if (kb + kWarps < kblocks) {
+    kb += kWarps;
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
+    acc[i] = 0.0f;
+  }
+  kb = ++c;
+}
+// After the last block: chains without blocks (c .. kWarps − 1) add zeros, as the staged kernel's do.
+template <int M>
+__device__ __forceinline__ void finish_chains(const float (&acc)[M], double (&total)[M], int c) {
+  for (; c < kWarps; ++c)
+#pragma unroll
+    for (int i = 0; i < M; ++i) total[i] = c == 0 ? double(acc[i]) : total[i] + double(acc[i]);
+}
+
 // The tile's outputs from a warpgroup's accumulators (d[4j + 2r + c]: output 64h + 16w + g + 8r
 // of the tile, row 8j + 2t + c; w the warp in the warpgroup): float(total), then the optional
 // bf16 rounding and post_scale (the staged kernel's epilogue; lin8 calls have no post_scale).
