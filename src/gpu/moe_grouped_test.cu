@@ -264,7 +264,11 @@ TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
   EXPECT_THROW(moe_grouped_set_pipeline(6), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(10), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(11), dsv4::Error);
-  EXPECT_THROW(moe_grouped_set_pipeline(13, true), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(13), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(14), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(15), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(16, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(15, true));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(12));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(9));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(8));
