@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "gpu/sm90_moe_fp4.cuh"
+#include "gpu/sm90_moe_gemm.cuh"
 #include "gpu/sm90_moe_group.cuh"
 #include "gpu/sm90_moe_wide.cuh"
 
