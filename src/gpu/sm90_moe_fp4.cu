@@ -289,7 +289,12 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   if (variant == 0) variant = env_variant;
   if (variant == 0)
     variant = p.T >= 3072 ? 9 : p.T >= 1024 ? 12 : p.T >= 8 ? 4 : 7;
-  p.chunk_tokens = variant == 12 ? moe4::kWideHalfN : variant >= 9 ? moe4::kWideN : variant == 8 ? moe4::kTokWide : moe4::kTok;
+  // The chunk size the variant's gemm kernels were built for (variants 13–15, 8-token kernels,
+  // once got the wide kernels' 128 here: their shared expert ran one chunk in 16 at T = 64).
+  p.chunk_tokens = variant == 12                 ? moe4::kWideHalfN
+                   : variant >= 9 && variant <= 11 ? moe4::kWideN
+                   : variant == 8                  ? moe4::kTokWide
+                                                   : moe4::kTok;
   launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
   switch (variant) {
     case 9: launch_wide<moe4::kDiagNone>(p, grid, stream); break;
