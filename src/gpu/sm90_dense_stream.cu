@@ -25,7 +25,6 @@
 // two boxes of 128 weight rows × 64 bf16 (cp.async.bulk.tensor, 128-byte swizzle; issued before
 // the grid dependency for the first stages) and the block's hi tile, + lo when flagged (one bulk
 // copy); the consumers release a stage to it on an mbarrier once its MMAs are waited for.
-#include <mutex>
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
@@ -113,10 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kConsumers / 32) {  // ---- producer: one lane issues every copy ----
     if (lane == 0) {
-      const CUtensorMap* wmap = &maps.w[0];
-#pragma unroll
-      for (int i = 1; i < kMaxDenseSegments; ++i)
-        if (i == ta.seg) wmap = &maps.w[i];
+      const CUtensorMap* wmap = segment_map(maps.w, ta.seg);
       const int64_t tile0 = int64_t(ta.grp) * kblocks;  // the group's first x tile
       auto weights = [&](int s, int kb) {
         uint8_t* st = sm + s * L::kStage;
@@ -245,29 +241,11 @@ bool launch(Args a, cudaStream_t s) {
   if (xp == nullptr) return false;
   int32_t* flags = reinterpret_cast<int32_t*>(xp + xbytes);
   Maps maps{};
-  if (a.nseg == 0) {
-    if (!encode_map(&maps.w[0], a.w, a.out, cols, kOut, true)) return false;
-  } else {
-    for (int j = 0; j < a.nseg; ++j)
-      if (!aligned16(a.seg[j].w) || !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, cols, kOut, true))
-        return false;
-  }
+  if (!encode_weight_maps(a, cols, maps.w)) return false;
   launch_pdl(dense_x_stream_kernel, dim3(unsigned(kblocks), unsigned(groups)), 256, 0, s,
              static_cast<const float*>(a.x), a.rows, a.x_stride, a.in, L::kRows, xp, flags);
-  static std::once_flag attr_set[kMaxDevices];
-  call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(dense_stream_kernel<WT, NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
-  });
-  cudaLaunchAttribute attr[2];
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(L::kSmem);
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster_pdl_attrs(attr, 1, pdl_enabled());
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, dense_stream_kernel<WT, NJ>, a, maps, static_cast<const uint8_t*>(xp),
-                                static_cast<const int32_t*>(flags)));
+  launch_streamed<dense_stream_kernel<WT, NJ>>(grid, kThreads, L::kSmem, 1, s, a, maps, static_cast<const uint8_t*>(xp),
+                                               static_cast<const int32_t*>(flags));
   return true;
 }
 

@@ -25,7 +25,6 @@
 // in its (then idle) ring, and after a cluster barrier rank r adds all 8 chains in order for its
 // 128/S outputs, reading the other CTAs' chains through distributed shared memory.
 #include <cooperative_groups.h>
-#include <mutex>
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
@@ -99,10 +98,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
 
   if (warp == kConsumers / 32) {  // ---- producer: one lane issues every copy ----
     if (lane == 0) {
-      const CUtensorMap* wmap = &maps.w[0];
-#pragma unroll
-      for (int i = 1; i < kMaxDenseSegments; ++i)
-        if (i == ta.seg) wmap = &maps.w[i];
+      const CUtensorMap* wmap = segment_map(maps.w, ta.seg);
       // The first ring's weights before the wait (weights are not written by earlier kernels),
       // its activations after it, then one block per released stage.
       const int first = nloc < kStages ? nloc : kStages;
@@ -268,27 +264,9 @@ bool launch(Args a, cudaStream_t s, bool any_shape) {
   const int S = cluster_for(int64_t(grid.x) * grid.y, L::kMaxHeld);
   if (S > 1 && !any_shape) return false;
   Maps maps{};
-  if (!encode_map(&maps.x, a.x, a.rows, a.in, L::kRows, false)) return false;
-  if (a.nseg == 0) {
-    if (!encode_map(&maps.w[0], a.w, a.out, a.in, kOut, true)) return false;
-  } else {
-    for (int j = 0; j < a.nseg; ++j)
-      if (!aligned16(a.seg[j].w) || !encode_map(&maps.w[j], a.seg[j].w, a.seg[j].out, a.in, kOut, true)) return false;
-  }
+  if (!encode_map(&maps.x, a.x, a.rows, a.in, L::kRows, false) || !encode_weight_maps(a, a.in, maps.w)) return false;
   grid.x *= unsigned(S);
-  static std::once_flag attr_set[kMaxDevices];
-  call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(lin8_stream_kernel<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
-  });
-  cudaLaunchAttribute attr[2];  // a cluster only where the chains are split
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(L::kSmem);
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster_pdl_attrs(attr, S, pdl_enabled());
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, lin8_stream_kernel<NJ>, a, maps, S));
+  launch_streamed<lin8_stream_kernel<NJ>>(grid, kThreads, L::kSmem, S, s, a, maps, S);  // a cluster only when split
   return true;
 }
 

@@ -1,14 +1,19 @@
 // What the TMA-streamed decode linears share (sm90_lin8_stream.cu: lin8; sm90_dense_stream.cu:
-// the bf16 dense path): tensor maps of row-major byte matrices read in 128-byte × box-row boxes,
-// the 2-D tensor copy onto an mbarrier, the consumers' named barrier, and the register-A
-// warpgroup MMA m64nNk16 (N = 8·NJ) in f16 or bf16. sm_90a only.
+// the bf16 dense path): tensor maps of row-major byte matrices read in 128-byte × box-row boxes
+// (a call's weight maps, a segment's map), the launch, the aligned shared base and the ring's
+// barriers, the 2-D tensor copy onto an mbarrier, the consumers' named barrier, the A fragments of
+// an e4m3 box, and the register-A warpgroup MMA m64nNk16 (N = 8·NJ) in f16 or bf16. sm_90a only.
 #pragma once
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <mutex>
 
+#include "gpu/cuda_check.h"
+#include "gpu/linear_mma_common.cuh"
+#include "gpu/pdl.cuh"
 #include "gpu/sm90_wgmma_common.cuh"
 
 namespace dsv4::gpu::mma::detail::stream {
@@ -38,6 +43,42 @@ inline bool encode_map(CUtensorMap* map, const void* base, int64_t rows, int64_t
   return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estr,
              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Host: the weight maps of a call in boxes of 128 rows — a.w, or each segment's weight (map j for
+// segment j) — for rows of `cols` bytes (e4m3: in; bf16: 2·in). False when one cannot be made.
+inline bool encode_weight_maps(const Args& a, int64_t cols, CUtensorMap (&w)[kMaxDenseSegments]) {
+  if (a.nseg == 0) return encode_map(&w[0], a.w, a.out, cols, 128, true);
+  for (int j = 0; j < a.nseg; ++j)
+    if (!aligned16(a.seg[j].w) || !encode_map(&w[j], a.seg[j].w, a.seg[j].out, cols, 128, true)) return false;
+  return true;
+}
+// The map of segment seg (resolve_tile's TileArgs::seg), by static indices only (a dynamic index
+// would copy the __grid_constant__ maps to local memory).
+__device__ __forceinline__ const CUtensorMap* segment_map(const CUtensorMap (&w)[kMaxDenseSegments], int seg) {
+  const CUtensorMap* m = &w[0];
+#pragma unroll
+  for (int i = 1; i < kMaxDenseSegments; ++i)
+    if (i == seg) m = &w[i];
+  return m;
+}
+// Host: launches Kernel with `smem` bytes of dynamic shared memory (its limit set once per
+// device), in clusters of `cluster` CTAs when > 1, under programmatic dependent launch when on.
+template <auto* Kernel, class... A>
+void launch_streamed(dim3 grid, int threads, int smem, int cluster, cudaStream_t s, A... args) {
+  static std::once_flag attr_set[kMaxDevices];
+  call_once_per_device(attr_set, [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  });
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = cluster_pdl_attrs(attr, cluster, pdl_enabled());
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, Kernel, args...));
 }
 
 // The first 1024-byte-aligned byte of the dynamic shared memory (128-byte swizzle atoms need it).
