@@ -142,7 +142,6 @@ SubmitResult Engine::submit(GenerateInput in) {
   std::unique_ptr<Sequence> seq;
   try {  // the reservation above is returned if building the sequence throws
     seq = std::make_unique<Sequence>();
-    seq->id = next_id_.fetch_add(1);
     seq->params = std::move(in.params);
     seq->params.max_tokens = std::min<int64_t>(seq->params.max_tokens, max_context_ - n);
     seq->sink = std::move(in.sink);
@@ -158,8 +157,14 @@ SubmitResult Engine::submit(GenerateInput in) {
     inflight_.fetch_sub(1);
     throw;
   }
+  // The id is taken only now, so every id issued reaches the inbox (the engine thread counts
+  // arrivals to tell an early abort from a late one).
+  seq->id = next_id_.fetch_add(1);
   r.id = seq->id;
-  inbox_->queue.enqueue(Command{std::move(seq), -1});
+  if (!inbox_->queue.enqueue(Command{std::move(seq), -1})) {  // only when allocation fails
+    inflight_.fetch_sub(1);
+    DSV4_FAIL("engine inbox: out of memory for request ", r.id);
+  }
   return r;
 }
 
@@ -209,16 +214,38 @@ bool Engine::drain_inbox(bool block) {
     any = true;
     if (cmd.seq) {
       Sequence* s = cmd.seq.get();
+      note_arrival(s->id);
       seqs_.emplace(s->id, std::move(cmd.seq));
       scheduler_.enqueue(s);
+      if (early_aborts_.erase(s->id) > 0) finish(*s, FinishReason::kAbort, {}, "request aborted");
     } else if (cmd.abort_id >= 0) {
-      auto it = seqs_.find(cmd.abort_id);
-      if (it != seqs_.end()) finish(*it->second, FinishReason::kAbort, {}, "request aborted");
+      abort_or_defer(cmd.abort_id);
     }
     got = inbox_->queue.try_dequeue(cmd);
   }
   publish_gauges();
   return any;
+}
+
+void Engine::note_arrival(SequenceId id) {
+  if (id != arrived_below_) {
+    arrived_above_.insert(id);
+    return;
+  }
+  ++arrived_below_;
+  while (!arrived_above_.empty() && *arrived_above_.begin() == arrived_below_) {
+    arrived_above_.erase(arrived_above_.begin());
+    ++arrived_below_;
+  }
+}
+
+void Engine::abort_or_defer(SequenceId id) {
+  if (auto it = seqs_.find(id); it != seqs_.end()) {
+    finish(*it->second, FinishReason::kAbort, {}, "request aborted");
+    return;
+  }
+  const bool arrived = id < arrived_below_ || arrived_above_.count(id) > 0;
+  if (!arrived && id >= 1 && id < next_id_.load()) early_aborts_.insert(id);  // else: ended or never issued
 }
 
 void Engine::step() {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -70,7 +71,8 @@ class Engine {
 
   // Thread-safe. On kOk the sink will receive events ending with one finished event.
   SubmitResult submit(GenerateInput input);
-  // Thread-safe; unknown or finished ids are ignored. The request finishes with kAbort.
+  // Thread-safe; unknown or finished ids are ignored. The request finishes with kAbort, also
+  // when this call's abort reaches the engine thread before the submit that issued the id.
   void abort(SequenceId id);
 
   // Thread-safe. After begin_drain() submit() answers kShuttingDown.
@@ -102,6 +104,10 @@ class Engine {
   void handle_token(Sequence& seq, int32_t tok, const TokenLogprob& lp);
   void finish(Sequence& seq, FinishReason reason, OutputEvent event, std::string error = {});
   void abort_all(const std::string& why);
+  // Inbox bookkeeping (engine thread): records that the submit of `id` arrived; aborts `id` now,
+  // later (its submit has not arrived yet) or not at all (it already ended, or was never issued).
+  void note_arrival(SequenceId id);
+  void abort_or_defer(SequenceId id);
   void log_batch(const BatchPlan& plan, double step_seconds, int64_t running);
   void publish_gauges();
 
@@ -117,6 +123,12 @@ class Engine {
   std::unique_ptr<KvCacheManager> cache_;
   Scheduler scheduler_;
   std::unordered_map<SequenceId, std::unique_ptr<Sequence>> seqs_;
+  // The inbox is FIFO per producer only: a submit can arrive after ids issued later, and an abort
+  // sent from another thread before the submit it follows. Arrived ids: all below arrived_below_,
+  // plus arrived_above_ (out of order, small). early_aborts_: aborts whose submit is still on its way.
+  SequenceId arrived_below_ = 1;
+  std::set<SequenceId> arrived_above_;
+  std::unordered_set<SequenceId> early_aborts_;
   std::vector<float> logits_;
   std::vector<int32_t> tokens_;        // this step's sampled token per row
   std::vector<TokenLogprob> logprobs_;  // and its logprobs (when requested)

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <deque>
+#include <thread>
 #include <map>
 #include <mutex>
 
@@ -215,6 +217,62 @@ TEST(Engine, AbortsAndFinishesReturnEveryPage) {
   int aborted = 0;
   for (auto& [k, r] : col.results) aborted += r.reason == FinishReason::kAbort;
   EXPECT_GE(aborted, 1);
+}
+
+// A client that goes away right after its request was accepted: the abort comes from another
+// thread (an HTTP session's strand moves between I/O threads) and can reach the lock-free inbox's
+// consumer before the submit it follows does (the inbox is FIFO per producer only). Every such
+// request must still end aborted; before the fix, such an abort found no sequence, was dropped,
+// and the request ran to max_tokens (seen on CI as a disconnect that was never counted).
+TEST(Engine, AbortFromAnotherThreadRightAfterSubmitIsNeverLost) {
+  auto runner = std::make_unique<TestRunner>();
+  runner->step_delay = std::chrono::milliseconds(1);
+  TestRunner* raw = runner.get();
+  Collector col;
+  EngineConfig c = config();
+  c.max_running_requests = 4;
+  Engine e(c, std::move(runner));
+  e.start();
+  constexpr int kRequests = 300;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<SequenceId> to_abort;
+  bool submitted_all = false;
+  std::thread aborter([&] {
+    while (true) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !to_abort.empty() || submitted_all; });
+      if (to_abort.empty()) return;
+      const SequenceId id = to_abort.front();
+      to_abort.pop_front();
+      lock.unlock();
+      e.abort(id);
+    }
+  });
+  for (int k = 0; k < kRequests; ++k) {
+    SubmitResult r = e.submit(input(8, k, 100000, col, k));
+    ASSERT_EQ(r.status, SubmitStatus::kOk);
+    std::lock_guard lock(mu);
+    to_abort.push_back(r.id);
+    cv.notify_one();
+  }
+  {
+    std::lock_guard lock(mu);
+    submitted_all = true;
+    cv.notify_one();
+  }
+  aborter.join();
+  // 300 requests of up to 100000 tokens at 1 ms a step: only aborts can end them within 30 s.
+  col.wait_all(kRequests);
+  for (auto& [k, r] : col.results) EXPECT_EQ(r.reason, FinishReason::kAbort) << k;
+  EXPECT_EQ(e.metrics().requests_aborted.load(), uint64_t{kRequests});
+  // Aborts of requests that already ended (late cancels) or were never issued are ignored.
+  e.abort(1);
+  e.abort(kRequests / 2);
+  e.abort(1 << 30);  // never issued
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(5)));
+  e.stop();
+  EXPECT_EQ(raw->live_states(), 0u);
 }
 
 TEST(Engine, DeviceSlotsCapRunningRequestsWithoutHostArena) {
