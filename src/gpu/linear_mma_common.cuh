@@ -207,10 +207,12 @@ bool launch_stream_dense(const Args& a, cudaStream_t s);
 // The bf16 dense path in the same form (sm90_dense_bulk.cu: x split into bf16 hi / lo tiles, a lo
 // flag per block).
 bool launch_bulk_dense(const Args& a, cudaStream_t s);
-// The scratch of the bulk kernels' converted tiles on the current device, slot 0 (lin8) or 1
-// (dense): at least `bytes`, grown when not capturing a graph, else null. One call at a time
-// per device and slot (the stream's order).
-uint8_t* bulk_scratch(int slot, size_t bytes, bool capturing);
+// The per-device scratch buffers of the converted tiles, one a kernel family.
+enum class ScratchSlot { kLin8Bulk, kDenseBulk, kDenseStream, kCount };
+// The scratch of `slot` on the current device: at least `bytes`, grown unless stream s is
+// capturing a graph (then null when too small). One call at a time per device and slot (the
+// stream's order).
+uint8_t* bulk_scratch(ScratchSlot slot, size_t bytes, cudaStream_t s);
 template <Wt WT>
 bool launch_staged(const Args& a, cudaStream_t s);
 

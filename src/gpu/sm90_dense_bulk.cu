@@ -162,14 +162,12 @@ bool launch_bulk_dense(const Args& a0, cudaStream_t s) {
   if (a.in % 128 != 0 || a.x_stride % 2 != 0) return false;
   dim3 grid;
   if (!tiled_grid(a, kTile, kTile, grid)) return false;
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
   const int64_t kblocks = a.in / 128, rtiles = grid.x, otiles = grid.y;
   const int64_t groups = a.nseg > 0 ? 1 : a.out / a.opg;
   const size_t wbytes = size_t(otiles) * kblocks * kTileBytes;
   const size_t xbytes = size_t(groups) * rtiles * kblocks * kTileBytes;
   const size_t fbytes = ((size_t(groups) * rtiles * kblocks * 4 + 255) / 256) * 256;
-  uint8_t* base = bulk_scratch(1, wbytes + 2 * xbytes + fbytes, cap != cudaStreamCaptureStatusNone);
+  uint8_t* base = bulk_scratch(ScratchSlot::kDenseBulk, wbytes + 2 * xbytes + fbytes, s);
   if (base == nullptr) return false;
   uint8_t *wp = base, *hip = base + wbytes, *lop = hip + xbytes;
   int32_t* flags = reinterpret_cast<int32_t*>(lop + xbytes);

@@ -234,10 +234,8 @@ bool launch(Args a, cudaStream_t s) {
   dim3 grid;
   if (!tiled_grid(a, kOut, L::kRows, grid) || grid.x != 1) return false;  // x: row tiles, y: output tiles
   const int64_t kblocks = a.in / 128, groups = a.nseg > 0 ? 1 : a.out / a.opg;
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
   const size_t xbytes = size_t(groups * kblocks) * L::kXBytes;
-  uint8_t* xp = bulk_scratch(2, xbytes + size_t(groups * kblocks) * 4, cap != cudaStreamCaptureStatusNone);
+  uint8_t* xp = bulk_scratch(ScratchSlot::kDenseStream, xbytes + size_t(groups * kblocks) * 4, s);
   if (xp == nullptr) return false;
   int32_t* flags = reinterpret_cast<int32_t*>(xp + xbytes);
   Maps maps{};

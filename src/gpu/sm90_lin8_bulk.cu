@@ -175,26 +175,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_tile<16>(ta, a.rows, total, h, w, g, t);
 }
 
-// The per-device scratch buffers of the converted tiles (slot 0: lin8, 1: dense). They only grow,
-// and never while a graph is being captured; an outgrown buffer is kept (not freed), since a
-// graph captured earlier may hold it.
+// The per-device scratch buffers of the converted tiles (ScratchSlot). They only grow, and never
+// while a graph is being captured; an outgrown buffer is kept (not freed), since a graph captured
+// earlier may hold it.
 struct Scratch {
   uint8_t* p = nullptr;
   size_t bytes = 0;
   std::vector<uint8_t*> retired;
 };
-Scratch g_scratch[kMaxDevices][2];
+Scratch g_scratch[kMaxDevices][int(ScratchSlot::kCount)];
 std::mutex g_scratch_mu;
 
 }  // namespace
 
-uint8_t* bulk_scratch(int slot, size_t bytes, bool capturing) {
+uint8_t* bulk_scratch(ScratchSlot slot, size_t bytes, cudaStream_t s) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(g_scratch_mu);
-  Scratch& sc = g_scratch[dev][slot];
+  Scratch& sc = g_scratch[dev][int(slot)];
   if (sc.bytes >= bytes) return sc.p;
-  if (capturing) return nullptr;
+  if (cap != cudaStreamCaptureStatusNone) return nullptr;
   uint8_t* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -222,12 +224,10 @@ bool launch_bulk_lin8(const Args& a0, cudaStream_t s) {
     return false;
   dim3 grid;
   if (!tiled_grid(a, kTile, kTile, grid)) return false;
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
   const int64_t kblocks = a.in / 128, rtiles = grid.x, otiles = grid.y;
   const size_t wbytes = size_t(otiles) * kblocks * kTileBytes, xbytes = size_t(rtiles) * kblocks * kTileBytes;
   const size_t sbytes = size_t(rtiles) * kblocks * kScaleBytes;
-  uint8_t* base = bulk_scratch(0, wbytes + xbytes + sbytes, cap != cudaStreamCaptureStatusNone);
+  uint8_t* base = bulk_scratch(ScratchSlot::kLin8Bulk, wbytes + xbytes + sbytes, s);
   if (base == nullptr) return false;
   uint8_t *wp = base, *xp = base + wbytes;
   float* xsp = reinterpret_cast<float*>(base + wbytes + xbytes);
