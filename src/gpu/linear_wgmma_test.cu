@@ -150,8 +150,8 @@ TEST(DenseBulkTest, EqualsTheRegisterTilesBitForBit) {
 }
 
 // The TMA-streamed bf16 dense kernel (sm90_dense_stream.cu, mma::stream_tile(); the default for
-// 9–64 rows of wide calls): every row tile size, K of 4 to 64 blocks (fewer blocks than chains,
-// and a ring that wraps many times).
+// 2–64 rows of calls of ≥ 120 output tiles): every row tile size, K of 4 to 64 blocks (fewer
+// blocks than chains, and a ring that wraps many times).
 TEST(DenseStreamTest, EqualsTheRegisterTilesBitForBit) {
   SKIP_WITHOUT_GPU();
   expect_dense_tile_equals_register_tiles(mma::stream_tile(), {512, 1024, 4096, 8192}, {1, 5, 8, 9, 16, 24, 33, 64});

@@ -91,7 +91,7 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
   // 0..15: moe_grouped_set_pipeline variants (2, 3, 5, 10: load-only, 6, 11, 14: math-only, 13,
-  // 15: neither — diagnostics); a..n: the same under programmatic dependent launch (PdlScope, as
+  // 15: neither — diagnostics); a..p: the same under programmatic dependent launch (PdlScope, as
   // GpuModel's small decode passes).
   const char* variants = argc > 2 ? argv[2] : "0a1";
   cudaDeviceProp prop{};

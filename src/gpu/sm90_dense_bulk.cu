@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     dense_bulk_kernel(Args a, const uint8_t* __restrict__ wp, const uint8_t* __restrict__ hip,
                       const uint8_t* __restrict__ lop, const int32_t* __restrict__ lo_flag, int64_t rtiles) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* stages = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* stages = smem_1024(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
   int* released = reinterpret_cast<int*>(full + kStages);  // warps done with a stage's block
   int* lo_on = released + kStages;                          // the stage's block has lo values

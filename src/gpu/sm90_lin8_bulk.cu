@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     lin8_bulk_kernel(Args a, const uint8_t* __restrict__ wp, const uint8_t* __restrict__ xp,
                      const float* __restrict__ xsp) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* stages = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* stages = smem_1024(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
   int* released = reinterpret_cast<int*>(full + kStages);  // warps done with a stage's block
   float* sw_all = reinterpret_cast<float*>(released + kStages);  // the tile's weight scales, by block

@@ -1,8 +1,8 @@
 // What the TMA-streamed decode linears share (sm90_lin8_stream.cu: lin8; sm90_dense_stream.cu:
 // the bf16 dense path): tensor maps of row-major byte matrices read in 128-byte × box-row boxes
-// (a call's weight maps, a segment's map), the launch, the aligned shared base and the ring's
-// barriers, the 2-D tensor copy onto an mbarrier, the consumers' named barrier, the A fragments of
-// an e4m3 box, and the register-A warpgroup MMA m64nNk16 (N = 8·NJ) in f16 or bf16. sm_90a only.
+// (a call's weight maps, a segment's map), the launch, the ring's barriers, the 2-D tensor copy
+// onto an mbarrier, the consumers' named barrier, the A fragments of an e4m3 box, and the
+// register-A warpgroup MMA m64nNk16 (N = 8·NJ) in f16 or bf16. sm_90a only.
 #pragma once
 
 #include <cuda.h>
@@ -81,10 +81,6 @@ void launch_streamed(dim3 grid, int threads, int smem, int cluster, cudaStream_t
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, Kernel, args...));
 }
 
-// The first 1024-byte-aligned byte of the dynamic shared memory (128-byte swizzle atoms need it).
-__device__ __forceinline__ uint8_t* smem_1024(uint8_t* raw) {
-  return raw + ((1024 - (wgmma::smem_addr(raw) & 1023)) & 1023);
-}
 // Thread 0 initializes a producer / consumer ring: full[s] completes on full_arrivals expect-tx
 // arrivals plus their bytes, empty[s] on one arrival per consumer warp. The caller syncs after.
 template <int kStages>

@@ -22,6 +22,10 @@ inline int conversion_grid(int64_t items) {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// The first 1024-byte-aligned byte of the dynamic shared memory (128-byte swizzle atoms need it).
+__device__ __forceinline__ uint8_t* smem_1024(uint8_t* raw) {
+  return raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
+}
 
 // Descriptor of a 128-byte-swizzled K-major tile at shared address saddr (1024-byte aligned
 // atoms; 8-row groups 1024 B apart).
