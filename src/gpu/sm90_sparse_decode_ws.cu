@@ -5,18 +5,21 @@
 // Design. Grid = rows × splits; CTA (r, s) owns candidates [s·chunk_r, (s+1)·chunk_r) of row
 // r's list for all the row's heads (≤ 64, one 64-row wgmma M tile; rows past `heads` hold zero
 // queries and are never written). 384 threads = 3 warpgroups:
-//   WG0, producer: thread t gathers candidate t % 64 of each 64-candidate tile, 32-byte pairs
-//     p = t / 64 + 2k (k < 9) of its 576 data bytes plus its 8 scale bytes (ld.global.nc; the
-//     next tile's loads are issued as soon as this one is stored, so they fly while the thread
-//     waits for a free stage; ids are resolved a tile ahead), dequantizes to bf16 and stores
-//     the K = V tile into one of two smem stages (core-matrix layout, sm90_sparse_decode_ws.cuh),
-//     zero rows for −1 / padding candidates, a valid flag per candidate; mbarriers full[stage] /
-//     empty[stage]. setmaxnreg: producer 104 registers, consumers 200.
+//   WG0, producer: lanes 2i, 2i + 1 of warp w gather candidate 16w + i of each 64-candidate
+//     tile, one 16-byte half each of its 18 32-byte pairs (so a load reads 16 whole sectors) and
+//     its 8 scale bytes (ld.global.nc), dequantize to bf16 and store the K = V tile into one of
+//     two smem stages (core-matrix layout, sm90_sparse_decode_ws.cuh), zero rows for −1 /
+//     padding candidates, a valid flag per candidate; mbarriers full[stage] / empty[stage]. Tile
+//     t + 1's loads are issued piece by piece as tile t's pieces are stored (one register
+//     share), unpredicated (invalid candidates read a dummy address), each tile's list ids two
+//     tiles before its data.
 //   WG1, WG2, consumers c = 0, 1: S_c = Q·K_cᵀ over candidates [32c, 32c + 32) of the tile
 //     (wgmma m64n32k16 × 32, Q in smem); online softmax per head with the row max and the P sum
 //     exchanged between the two warpgroups through smem (named barrier 2); P (bf16) to smem;
 //     O_c = α·O_c + P·V over all 64 candidates for dims [256c, 256c + 256) (wgmma m64n256k16 × 4,
-//     V = the same smem tile, MN-major). O_c stays in registers (128 fp32 per thread).
+//     V = the same smem tile, MN-major; the α product skipped when a warp's α are all 1). O_c
+//     stays in registers (128 fp32 per thread).
+//   setmaxnreg: producer 120 registers, consumers 184.
 // Epilogue (all threads): one split → bf16 output; in-cluster merge → partial O in smem (over Q
 // and the K stages) and the shared cluster_merge_tail; else fp32 partials and merge_kernel.
 // Numerics: s = (q·k)·scale with fp32 tensor-core accumulation over the 512 dims, m = running
@@ -50,8 +53,8 @@ constexpr int kCoreRowBytes = 16;             // one core-matrix row: 8 bf16
 constexpr int kGroupBytes = kHeadDim / 8 * 128;  // 8 rows × 512 dims: 8 KB (SBO of Q and K)
 constexpr int kPartS = kHeadDim + 8;  // fp32 row stride of the partial O read by cluster_merge_tail
 constexpr int kProbeSlots = 16;
-constexpr int kProducerRegs = 104, kConsumerRegs = 200;  // setmaxnreg (launch bound: 168 each)
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "register file");
+constexpr int kProducerRegs = 120, kConsumerRegs = 184;  // setmaxnreg; each role is allocated within its count
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 constexpr int kWsMaxCluster = 8;  // cluster_merge_tail's (m, l) copy: two pairs per thread
 static_assert(2 * kThreads >= kWsMaxCluster * kHeads, "two (m, l) pairs per thread");
 namespace cg = cooperative_groups;
@@ -90,47 +93,66 @@ __device__ __forceinline__ uint32_t core_off(int row, int chunk) {
   return uint32_t(((row >> 3) * (kHeadDim / 8) + chunk) * 128 + (row & 7) * kCoreRowBytes);
 }
 
-// One producer thread's share of a tile: 9 32-byte pairs of candidate c and its scales.
+// One producer thread's share of a tile: half hb of each of the 18 32-byte pairs of candidate c
+// (16 bytes at 32k + 16hb), and the candidate's 8 scale bytes. Lanes 2i, 2i + 1 of a warp take
+// the two halves of candidate 16·warp + i, so a load instruction reads 16 whole 32-byte sectors.
 struct TileLoad {
-  uint4 v[9][2];
+  uint4 v[18];
   uint2 scales;
 };
-__device__ __forceinline__ void load_share(TileLoad& t, const uint8_t* data, const uint8_t* sc, int p0) {
-#pragma unroll
-  for (int k = 0; k < 9; ++k) {
-    const uint4* src = reinterpret_cast<const uint4*>(data + (p0 + 2 * k) * 32);
-    t.v[k][0] = data != nullptr ? __ldg(src) : make_uint4(0, 0, 0, 0);
-    t.v[k][1] = data != nullptr ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
-  }
-  t.scales = data != nullptr ? __ldg(reinterpret_cast<const uint2*>(sc)) : make_uint2(0, 0);
+// Loads piece k of a candidate's share. Unpredicated (an invalid candidate reads a dummy address
+// and store_piece writes zeros): a predicated load's zero fallback made ptxas move the loaded
+// registers right after the load, which waited for the data at once.
+__device__ __forceinline__ void load_piece(TileLoad& t, int k, const uint8_t* data, int hb) {
+  t.v[k] = __ldg(reinterpret_cast<const uint4*>(data + k * 32 + hb * 16));
 }
-// Dequantizes the share into the stage's tile (zeros for an invalid candidate: data == 0s).
-__device__ __forceinline__ void store_share(const TileLoad& t, uint8_t* tile, int c, int p0, bool valid) {
+__device__ __forceinline__ void load_scales(TileLoad& t, const uint8_t* sc) {
+  t.scales = __ldg(reinterpret_cast<const uint2*>(sc));
+}
+// Dequantizes piece k of the share into the stage's tile (zeros for an invalid candidate).
+__device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* tile, int c, int hb, bool valid) {
+  const uint4 w = valid ? t.v[k] : make_uint4(0, 0, 0, 0);  // a dummy's codes may be NaNs
+  if (k < 14) {  // nope: 16 e4m3 codes, dims [32k + 16hb, +16), scale tile k / 2
+    const int j = k / 2;
+    const uint32_t sb = (j < 4 ? t.scales.x >> (8 * j) : t.scales.y >> (8 * (j - 4))) & 0xff;
+    const float scale = valid ? e8m0_to_float(uint8_t(sb)) : 0.0f;
+    const uint2 a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
+    const uint2 e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
+    *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = make_uint4(a.x, a.y, b.x, b.y);
+    *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = make_uint4(e.x, e.y, f.x, f.y);
+  } else {  // rope: 8 bf16 dims 448 + 16(k − 14) + 8hb
+    *reinterpret_cast<uint4*>(tile + core_off(c, kNopeDim / 8 + 2 * (k - 14) + hb)) = w;
+  }
+}
+__device__ __forceinline__ void load_share(TileLoad& t, const uint8_t* d, const uint8_t* s, int hb) {
+  load_scales(t, s);
 #pragma unroll
-  for (int k = 0; k < 9; ++k) {
-    const int p = p0 + 2 * k;
-    if (k < 7) {  // nope: 32 e4m3 codes, dims [32p, 32p + 32), scale tile k (= p / 2)
-      const uint32_t sb = (k < 4 ? t.scales.x >> (8 * k) : t.scales.y >> (8 * (k - 4))) & 0xff;
-      const float scale = valid ? e8m0_to_float(uint8_t(sb)) : 0.0f;
+  for (int k = 0; k < 18; ++k) load_piece(t, k, d, hb);
+}
+// Stores the share (tile t) into the stage while loading the next tile's share (addresses d, s,
+// never null) into the same registers, piece by piece: the next tile's loads fly during this
+// tile's stores.
+__device__ __forceinline__ void store_share_load_next(TileLoad& t, uint8_t* tile, int c, int hb, bool valid,
+                                                      const uint8_t* d, const uint8_t* s) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 w = t.v[k][h];
-        const uint2 a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
-        const uint2 e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
-        *reinterpret_cast<uint4*>(tile + core_off(c, 4 * p + 2 * h)) = make_uint4(a.x, a.y, b.x, b.y);
-        *reinterpret_cast<uint4*>(tile + core_off(c, 4 * p + 2 * h + 1)) = make_uint4(e.x, e.y, f.x, f.y);
-      }
-    } else {  // rope: 16 bf16 dims 448 + 16(p − 14) .. (already zero when invalid)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<uint4*>(tile + core_off(c, kNopeDim / 8 + 2 * (p - 14) + h)) = t.v[k][h];
-    }
+  for (int k = 0; k < 18; ++k) {
+    store_piece(t, k, tile, c, hb, valid);
+    if (k == 13) load_scales(t, s);  // the last nope piece has used the scales
+    load_piece(t, k, d, hb);
   }
 }
 
+// The explicit list's id at list position j < end of row r (−1 past the split's end or where
+// the list is implicit: resolve computes those ids itself). Loaded ahead of resolve_at.
+__device__ __forceinline__ int32_t list_id(const SparseDecodeArgs& a, const RowList& rl, int r, int j, int end) {
+  if (j >= end) return -1;
+  if (j < rl.main_len) return a.main_idx != nullptr ? __ldg(a.main_idx + int64_t(r) * a.main_stride + j) : -1;
+  return a.extra_idx != nullptr ? __ldg(a.extra_idx + int64_t(r) * a.extra_stride + (j - rl.main_len)) : -1;
+}
+// Entry addresses of list position j (nullptr past `end` or for −1); id = list_id(…, j, end).
 __device__ __forceinline__ void resolve_at(const SparseDecodeArgs& a, const RowList& rl, int r, int j, int end,
-                                           const uint8_t*& d, const uint8_t*& s) {
-  resolve(a, rl, r, j < end ? j : rl.total, d, s);
+                                           int32_t id, const uint8_t*& d, const uint8_t*& s) {
+  resolve(a, rl, r, j < end ? j : rl.total, d, s, true, id);
 }
 
 // Epilogue (every thread of the CTA calls it; holds: a consumer thread, whose o holds rows h0,
@@ -203,6 +225,72 @@ __device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a,
   }
 }
 
+// One tile's softmax for a consumer thread (rows h0, h1; candidates 32cw + … of the tile in
+// sacc): scores, the row max over both consumer warpgroups (named barrier 2), P = e^(s − m) as
+// bf16 into the P buffer (unrounded into the row sums), the sums over both warpgroups (second
+// barrier). Updates m_run, l_run; returns in alpha the factor the running O must be scaled by.
+__device__ __forceinline__ void tile_softmax(Smem& sm, const SparseDecodeArgs& a, float (&sacc)[16], int st, int cw,
+                                             int lane, int h0, int h1, float (&m_run)[2], float (&l_run)[2],
+                                             float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    const int cn = 32 * cw + 8 * (e >> 2) + 2 * (lane & 3) + (e & 1);
+    const float v = sm.tile_valid[st][cn] ? sacc[e] * a.scale : -INFINITY;
+    sacc[e] = v;
+    mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(~0u, mx[k], 1));
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(~0u, mx[k], 2));
+  }
+  if ((lane & 3) == 0) {
+    sm.red_max[cw][h0] = mx[0];
+    sm.red_max[cw][h1] = mx[1];
+  }
+  named_sync(2, 256);
+  float m_new[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    m_new[k] = fmaxf(m_run[k], fmaxf(sm.red_max[0][k ? h1 : h0], sm.red_max[1][k ? h1 : h0]));
+    alpha[k] = m_new[k] == -INFINITY ? 1.0f : __expf(m_run[k] - m_new[k]);
+  }
+  uint8_t* const pc = reinterpret_cast<uint8_t*>(sm.pc);
+#pragma unroll
+  for (int i4 = 0; i4 < 4; ++i4)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      float pv[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float v = sacc[4 * i4 + 2 * k + e];
+        pv[e] = (m_new[k] == -INFINITY || v == -INFINITY) ? 0.0f : __expf(v - m_new[k]);
+        ps[k] += pv[e];
+      }
+      const int cn = 32 * cw + 8 * i4 + 2 * (lane & 3);
+      const int h = k ? h1 : h0;
+      *reinterpret_cast<uint32_t*>(pc + (h >> 3) * 1024 + (cn >> 3) * 128 + (h & 7) * kCoreRowBytes + (cn & 7) * 2) =
+          pack_bf16x2(pv[0], pv[1]);
+    }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    ps[k] += __shfl_xor_sync(~0u, ps[k], 1);
+    ps[k] += __shfl_xor_sync(~0u, ps[k], 2);
+  }
+  if ((lane & 3) == 0) {
+    sm.red_sum[cw][h0] = ps[0];
+    sm.red_sum[cw][h1] = ps[1];
+  }
+  fence_proxy_async();  // P → the other warpgroup's P·V
+  named_sync(2, 256);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    l_run[k] = fmaf(l_run[k], alpha[k], sm.red_sum[0][k ? h1 : h0] + sm.red_sum[1][k ? h1 : h0]);
+    m_run[k] = m_new[k];
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_ws_kernel(const __grid_constant__ SparseDecodeArgs a, const WsParams kp) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -234,31 +322,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* const qk_bytes = reinterpret_cast<uint8_t*>(sm.qk);
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   if (wg == 0) {
-    // ---- producer (104 registers; the consumers take 200: 128·104 + 256·200 ≤ 384·168) ----
+    // ---- producer: tile t + 1's loads are issued while tile t is stored (one register share);
+    // each tile's list ids are loaded two tiles before its data ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    const int c = tid & 63, p0 = tid >> 6;
-    const uint8_t *d_cur, *s_cur, *d_next = nullptr, *s_next = nullptr;
-    resolve_at(a, rl, r, begin + c, end, d_cur, s_cur);
-    TileLoad cur;
-    if (tiles > 0) load_share(cur, d_cur, s_cur, p0);
-    if (tiles > 1) resolve_at(a, rl, r, begin + kTile + c, end, d_next, s_next);
-    for (int i = 0; i < tiles; ++i) {
-      const int st = i & 1;
-      const bool valid = d_cur != nullptr;
-      const uint8_t* d_after = nullptr;
-      const uint8_t* s_after = nullptr;
-      if (i + 2 < tiles) resolve_at(a, rl, r, begin + (i + 2) * kTile + c, end, d_after, s_after);
-      if (i >= kStages) mbar_wait(&sm.empty[st], ((i >> 1) - 1) & 1);
-      store_share(cur, qk_bytes + (1 + st) * kTileElems * 2, c, p0, valid);
-      if (p0 == 0) sm.tile_valid[st][c] = valid;
+    const int c = 16 * (tid >> 5) + (lane >> 1), hb = lane & 1;
+    // Invalid candidates load from here (any readable ≥ 584 bytes: the row's queries).
+    const uint8_t* const dummy = a.q_f32 != nullptr ? reinterpret_cast<const uint8_t*>(a.q_f32 + q_off)
+                                                    : reinterpret_cast<const uint8_t*>(a.q + q_off);
+    TileLoad share;
+    const uint8_t *d, *s;
+    resolve_at(a, rl, r, begin + c, end, list_id(a, rl, r, begin + c, end), d, s);
+    bool valid = d != nullptr;
+    if (tiles > 0) load_share(share, valid ? d : dummy, valid ? s : dummy, hb);
+    int32_t id_n = list_id(a, rl, r, begin + kTile + c, end), id_nn = list_id(a, rl, r, begin + 2 * kTile + c, end);
+    for (int t = 0; t < tiles; ++t) {
+      const int st = t & 1;
+      resolve_at(a, rl, r, begin + (t + 1) * kTile + c, end, id_n, d, s);
+      id_n = id_nn;
+      id_nn = list_id(a, rl, r, begin + (t + 3) * kTile + c, end);
+      if (t >= kStages) mbar_wait(&sm.empty[st], ((t >> 1) - 1) & 1);
+      const bool valid_next = d != nullptr;
+      store_share_load_next(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
+                            valid_next ? s : dummy);
+      if (hb == 0) sm.tile_valid[st][c] = valid;
       fence_proxy_async();
       mbar_arrive(&sm.full[st]);
-      if (i + 1 < tiles) {  // the next tile's loads are in flight while this thread waits for its stage
-        load_share(cur, d_next, s_next, p0);
-        d_cur = d_next;
-        d_next = d_after;
-        s_next = s_after;
-      }
+      valid = valid_next;
     }
     const float none[128] = {};
     ws_epilogue(sm, a, kp, none, m_run, l_run, false, tiles);
@@ -292,102 +381,54 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait_all();
     fence_proxy_async();
     named_sync(2, 256);
-    for (int i = 0; i < tiles; ++i) {
-      const int st = i & 1;
-      const uint8_t* kt = qk_bytes + (1 + st) * kTileElems * 2;
-      mbar_wait(&sm.full[st], (i >> 1) & 1);
-      // S = Q · K[32cw .. 32cw + 32)ᵀ over the 512 dims.
-      float sacc[16];
-#pragma unroll
-      for (int e = 0; e < 16; ++e) sacc[e] = 0.0f;
+    float sacc[16] = {};  // (the first wgmma of a tile ignores it: scale-d 0)
+    // S = Q · K[32cw .. 32cw + 32)ᵀ of tile t over the 512 dims, issued and committed.
+    auto issue_qk = [&](int t) {
+      const int st = t & 1;
+      mbar_wait(&sm.full[st], (t >> 1) & 1);
       const uint64_t qd = opaque_u64(smem_desc(qk_bytes, 128, kGroupBytes));
+      const uint8_t* kt = qk_bytes + (1 + st) * kTileElems * 2;
       const uint64_t kd = opaque_u64(smem_desc(kt + 4 * cw * kGroupBytes, 128, kGroupBytes));
-      wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks)
         wgmma_m64n32_ss(sacc, desc_add(qd, ks * 256), desc_add(kd, ks * 256), ks > 0);
       wgmma_commit();
-      wgmma_wait_all();
-      fence_regs(sacc);
-      // Scores, the warpgroup's row max, then the row max over both warpgroups.
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const int cn = 32 * cw + 8 * (e >> 2) + 2 * (lane & 3) + (e & 1);
-        const float v = sm.tile_valid[st][cn] ? sacc[e] * a.scale : -INFINITY;
-        sacc[e] = v;
-        mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
-      }
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(~0u, mx[k], 1));
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(~0u, mx[k], 2));
-      }
-      if ((lane & 3) == 0) {
-        sm.red_max[cw][h0] = mx[0];
-        sm.red_max[cw][h1] = mx[1];
-      }
-      named_sync(2, 256);
-      float alpha[2], m_new[2], ps[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int h = k ? h1 : h0;
-        m_new[k] = fmaxf(m_run[k], fmaxf(sm.red_max[0][h], sm.red_max[1][h]));
-        alpha[k] = m_new[k] == -INFINITY ? 1.0f : __expf(m_run[k] - m_new[k]);
-      }
-      // P = e^(s − m) (bf16 into pc; unrounded into the row sums).
-#pragma unroll
-      for (int i4 = 0; i4 < 4; ++i4)
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          float pv[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float v = sacc[4 * i4 + 2 * k + e];
-            pv[e] = (m_new[k] == -INFINITY || v == -INFINITY) ? 0.0f : __expf(v - m_new[k]);
-            ps[k] += pv[e];
-          }
-          const int cn = 32 * cw + 8 * i4 + 2 * (lane & 3);
-          const int h = k ? h1 : h0;
-          *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(sm.pc) + (h >> 3) * 1024 + (cn >> 3) * 128 +
-                                       (h & 7) * kCoreRowBytes + (cn & 7) * 2) = pack_bf16x2(pv[0], pv[1]);
-        }
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        ps[k] += __shfl_xor_sync(~0u, ps[k], 1);
-        ps[k] += __shfl_xor_sync(~0u, ps[k], 2);
-      }
-      if ((lane & 3) == 0) {
-        sm.red_sum[cw][h0] = ps[0];
-        sm.red_sum[cw][h1] = ps[1];
-      }
-      fence_proxy_async();
-      named_sync(2, 256);
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int h = k ? h1 : h0;
-        l_run[k] = fmaf(l_run[k], alpha[k], sm.red_sum[0][h] + sm.red_sum[1][h]);
-        m_run[k] = m_new[k];
-      }
-#pragma unroll
-      for (int i8 = 0; i8 < 32; ++i8) {
-        o[4 * i8] *= alpha[0];
-        o[4 * i8 + 1] *= alpha[0];
-        o[4 * i8 + 2] *= alpha[1];
-        o[4 * i8 + 3] *= alpha[1];
-      }
-      // O_cw += P · V[:, 256cw .. 256cw + 256).
+    };
+    // O_cw += P · V[:, 256cw .. 256cw + 256) of tile t (V = its stage, MN-major), committed.
+    auto issue_pv = [&](int t) {
       const uint64_t pd = opaque_u64(smem_desc(sm.pc, 128, 1024));
+      const uint8_t* kt = qk_bytes + (1 + (t & 1)) * kTileElems * 2;
       const uint64_t vd = opaque_u64(smem_desc(kt + cw * 32 * 128, kGroupBytes, 128));
-      fence_regs(o);
-      wgmma_fence();
 #pragma unroll
       for (int kc = 0; kc < kTile / 16; ++kc)
         wgmma_m64n256_ss_tb(o, desc_add(pd, kc * 256), desc_add(vd, 2 * kc * kGroupBytes), 1);
       wgmma_commit();
+    };
+    // One tile after another (a pipelined form — tile t + 1's Q·Kᵀ issued before tile t's P·V,
+    // its softmax under P·V — measured 14 % slower at 65 tiles a CTA: docs/attention-decode-rounds.md).
+    float alpha[2];
+    for (int i = 0; i < tiles; ++i) {
+      wgmma_fence();
+      issue_qk(i);
+      wgmma_wait_all();
+      fence_regs(sacc);
+      tile_softmax(sm, a, sacc, i & 1, cw, lane, h0, h1, m_run, l_run, alpha);
+      fence_regs(o);
+      if (__any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // × 1 is exact: skipped
+#pragma unroll
+        for (int i8 = 0; i8 < 32; ++i8) {
+          o[4 * i8] *= alpha[0];
+          o[4 * i8 + 1] *= alpha[0];
+          o[4 * i8 + 2] *= alpha[1];
+          o[4 * i8 + 3] *= alpha[1];
+        }
+      }
+      fence_regs(o);
+      wgmma_fence();
+      issue_pv(i);
       wgmma_wait_all();
       fence_regs(o);
-      mbar_arrive(&sm.empty[st]);
+      mbar_arrive(&sm.empty[i & 1]);
     }
   }
   ws_epilogue(sm, a, kp, o, m_run, l_run, true, tiles);

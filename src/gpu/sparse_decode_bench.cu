@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -310,6 +311,15 @@ int main(int argc, char** argv) {
         for (int ws : {0, 1}) attention_case(s, pool, peak, "HCA", b, 128, ctx / 128, true, 16, kHeads, 0, 0, false, ws);
     for (int b : {16, 64})
       for (int ws : {0, 1}) attention_case(s, pool, peak, "SWA", b, 128, 0, false, 16, kHeads, 0, 0, false, ws);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+  }
+  if (argc > 4 && std::string(argv[1]) == "ws-case") {  // one warp-specialized case, e.g. for a profiler:
+    // ws-case HCA|CSA|SWA B context (HCA: 128 + context / 128 candidates; CSA: 128 + 512; SWA: 128)
+    const std::string kind = argv[2];
+    const int b = std::atoi(argv[3]), ctx = std::atoi(argv[4]);
+    const int extra = kind == "HCA" ? ctx / 128 : kind == "CSA" ? 512 : 0;
+    attention_case(s, pool, peak, kind.c_str(), b, 128, extra, kind == "HCA", 16, kHeads, 0, 0, false, 1);
     CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
