@@ -54,7 +54,8 @@ constexpr int kGroupBytes = kHeadDim / 8 * 128;  // 8 rows × 512 dims: 8 KB (SB
 constexpr int kPartS = kHeadDim + 8;  // fp32 row stride of the partial O read by cluster_merge_tail
 constexpr int kProbeSlots = 16;
 constexpr int kProducerRegs = 120, kConsumerRegs = 184;  // setmaxnreg; each role is allocated within its count
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+// setmaxnreg.inc only takes registers the CTA was launched with (168 a thread): the roles must fit.
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "the launch's registers");
 constexpr int kWsMaxCluster = 8;  // cluster_merge_tail's (m, l) copy: two pairs per thread
 static_assert(2 * kThreads >= kWsMaxCluster * kHeads, "two (m, l) pairs per thread");
 namespace cg = cooperative_groups;
