@@ -441,8 +441,8 @@ void launch(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspac
              "sparse decode: ", p.head_groups, " head groups of ", p.group_tiles, " tiles");
   DSV4_CHECK(p.chunk_align == (p.cluster > 1 ? 8 : 16), "sparse decode: chunk_align ", p.chunk_align,
              " with cluster ", p.cluster);
-  if (p.warp_specialized && probe == nullptr) {  // many rows: sm90_sparse_decode_ws.cu
-    sparse_decode_ws(a, p, workspace, stream);
+  if (p.warp_specialized) {  // many rows: sm90_sparse_decode_ws.cu
+    sparse_decode_ws(a, p, workspace, probe, stream);
     return;
   }
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device

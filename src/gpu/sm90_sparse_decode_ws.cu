@@ -88,6 +88,26 @@ struct WsParams {
   int splits, min_chunk;
   bool cluster_merge;
 };
+// kProbe only: [grid][kProbeSlots] stamps (sparse_decode_probe; set before a probe launch, so the
+// plain kernel's parameters stay as they are; one probe call at a time).
+__device__ long long* g_ws_probe;
+
+// Probe instantiation (kProbe, sparse_decode_probe): thread `by` stamps clock64 into slot i (slot
+// 0 also the globaltimer into slot 13); ws_epilogue writes the CTA's stamps out. Slots: 0 entry,
+// 1 the row's lengths, 2 the producer's first tile stored, 3 Q loaded, 4 the first tile's full
+// wait, 5 its Q·Kᵀ, 6 its softmax, 7 its P·V, 8 the last tile done, 9 the producer's first tile's
+// loads issued, 10 their first piece arrived, 11 the merge, 12 the last cluster barrier (1, 2, 9,
+// 10: producer thread 0; the others: consumer thread 128). The plain instantiation's code is the
+// same as without the probe (its PTX compared: docs/attention-decode-rounds.md round 6).
+template <bool kProbe>
+__device__ __forceinline__ void ws_mark(Smem& sm, int i, int by, int after = 0) {
+  if constexpr (kProbe)
+    if (int(threadIdx.x) == by) {
+      asm volatile("" ::"r"(after));  // `after` (e.g. a loaded value) is there before the stamp
+      sm.stamp[i] = clock64();
+      if (i == 0) sm.stamp[13] = globaltimer_ns();
+    }
+}
 
 // Byte offset of (row, 8-element chunk) in a core-matrix tile of 512-wide rows.
 __device__ __forceinline__ uint32_t core_off(int row, int chunk) {
@@ -158,6 +178,7 @@ __device__ __forceinline__ void resolve_at(const SparseDecodeArgs& a, const RowL
 
 // Epilogue (every thread of the CTA calls it; holds: a consumer thread, whose o holds rows h0,
 // h0 + 8 × dims 256cw + 8i + 2(lane%4) + {0, 1}; the producer passes holds = false).
+template <bool kProbe>
 __device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a, const WsParams& kp,
                                             const float (&o)[128], const float (&m_run)[2],
                                             const float (&l_run)[2], bool holds, int tiles) {
@@ -203,8 +224,19 @@ __device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a,
       cluster_merge_tail<4, false>(sm, a, sm.part, 4, u_first, u1, q_off, H, a.sink);
     else
       cluster_merge_tail<2, false>(sm, a, sm.part, 2, u_first, u1, q_off, H, a.sink);
+    ws_mark<kProbe>(sm, 11, 128);
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
     asm volatile("barrier.cluster.wait;\n" ::: "memory");
+    ws_mark<kProbe>(sm, 12, 128);
+    if constexpr (kProbe) {
+      __syncthreads();
+      if (tid == 0) {
+        long long* out = g_ws_probe + int64_t(blockIdx.x) * kProbeSlots;
+        for (int i = 0; i < 14; ++i) out[i] = sm.stamp[i];
+        out[14] = globaltimer_ns();
+        out[15] = clock64();
+      }
+    }
   } else {
     if (!holds) return;
     float* po = kp.ws + int64_t(a.rows) * splits * H * 2 + unit * H * kHeadDim;
@@ -292,6 +324,7 @@ __device__ __forceinline__ void tile_softmax(Smem& sm, const SparseDecodeArgs& a
   }
 }
 
+template <bool kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_ws_kernel(const __grid_constant__ SparseDecodeArgs a, const WsParams kp) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -301,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(&sm.full[tid], 128);   // the producer's threads
     mbar_init(&sm.empty[tid], 256);  // the consumers' threads
   }
+  ws_mark<kProbe>(sm, 0, 0);
   pdl_wait();
   pdl_trigger();
   const int splits = kp.splits, split = blockIdx.x % splits, r = blockIdx.x / splits;
@@ -310,6 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int chunk = row_chunk(rl.total, splits, kp.min_chunk, kp.cluster_merge);
   const int begin = split * chunk, end = min(rl.total, begin + chunk);
   const int tiles = begin < end ? (end - begin + kTile - 1) / kTile : 0;
+  ws_mark<kProbe>(sm, 1, 0, tiles);
   float* const ml_ws = kp.ws + (int64_t(r) * splits + split) * H * 2;
   if (tiles == 0 && splits > 1 && !kp.cluster_merge) {  // an empty partial (the merge skips it)
     for (int h = tid; h < H; h += kThreads) {
@@ -335,6 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     resolve_at(a, rl, r, begin + c, end, list_id(a, rl, r, begin + c, end), d, s);
     bool valid = d != nullptr;
     if (tiles > 0) load_share(share, valid ? d : dummy, valid ? s : dummy, hb);
+    ws_mark<kProbe>(sm, 9, 0);
     int32_t id_n = list_id(a, rl, r, begin + kTile + c, end), id_nn = list_id(a, rl, r, begin + 2 * kTile + c, end);
     for (int t = 0; t < tiles; ++t) {
       const int st = t & 1;
@@ -343,15 +379,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       id_nn = list_id(a, rl, r, begin + (t + 3) * kTile + c, end);
       if (t >= kStages) mbar_wait(&sm.empty[st], ((t >> 1) - 1) & 1);
       const bool valid_next = d != nullptr;
+      if (t == 0) ws_mark<kProbe>(sm, 10, 0, share.v[0].x);
       store_share_load_next(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
                             valid_next ? s : dummy);
       if (hb == 0) sm.tile_valid[st][c] = valid;
       fence_proxy_async();
       mbar_arrive(&sm.full[st]);
+      if (t == 0) ws_mark<kProbe>(sm, 2, 0);
       valid = valid_next;
     }
     const float none[128] = {};
-    ws_epilogue(sm, a, kp, none, m_run, l_run, false, tiles);
+    ws_epilogue<kProbe>(sm, a, kp, none, m_run, l_run, false, tiles);
     return;
   }
   // ---- consumers (rows h0 = 16w + lane/4 and h0 + 8 of the 64-head tile) ----
@@ -382,6 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait_all();
     fence_proxy_async();
     named_sync(2, 256);
+    ws_mark<kProbe>(sm, 3, 128);
     float sacc[16] = {};  // (the first wgmma of a tile ignores it: scale-d 0)
     // S = Q · K[32cw .. 32cw + 32)ᵀ of tile t over the 512 dims, issued and committed.
     auto issue_qk = [&](int t) {
@@ -411,9 +450,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < tiles; ++i) {
       wgmma_fence();
       issue_qk(i);
+      if (i == 0) ws_mark<kProbe>(sm, 4, 128);
       wgmma_wait_all();
       fence_regs(sacc);
+      if (i == 0) ws_mark<kProbe>(sm, 5, 128, __float_as_int(sacc[0]));
       tile_softmax(sm, a, sacc, i & 1, cw, lane, h0, h1, m_run, l_run, alpha);
+      if (i == 0) ws_mark<kProbe>(sm, 6, 128, __float_as_int(alpha[0]));
       fence_regs(o);
       if (__any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // × 1 is exact: skipped
 #pragma unroll
@@ -429,24 +471,30 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_pv(i);
       wgmma_wait_all();
       fence_regs(o);
+      if (i == 0) ws_mark<kProbe>(sm, 7, 128, __float_as_int(o[0]));
       mbar_arrive(&sm.empty[i & 1]);
     }
+    ws_mark<kProbe>(sm, 8, 128);
   }
-  ws_epilogue(sm, a, kp, o, m_run, l_run, true, tiles);
+  ws_epilogue<kProbe>(sm, a, kp, o, m_run, l_run, true, tiles);
 }
 
 bool set_ws_attributes() {
-  return cudaFuncSetAttribute(sparse_decode_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  return cudaFuncSetAttribute(sparse_decode_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(sizeof(Smem))) == cudaSuccess &&
+         cudaFuncSetAttribute(sparse_decode_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(sizeof(Smem))) == cudaSuccess;
 }
 
 }  // namespace
 
-void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, cudaStream_t stream) {
+void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, long long* probe,
+                      cudaStream_t stream) {
   if (a.rows == 0) return;
   DSV4_CHECK(p.head_groups == 1 && p.cluster <= kWsMaxCluster,
              "sparse decode (warp-specialized): one head group and clusters ≤ ", kWsMaxCluster, ", got ",
              p.head_groups, " / ", p.cluster);
+  DSV4_CHECK(probe == nullptr || p.cluster > 1, "sparse decode (warp-specialized) probe: in-cluster merge plans only");
   static std::once_flag attr_set[kMaxDevices];
   call_once_per_device(attr_set, [] { DSV4_CHECK(set_ws_attributes(), "sparse decode ws: cudaFuncSetAttribute failed"); });
   WsParams kp;
@@ -463,7 +511,12 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel, a, kp));
+  if (probe != nullptr) {
+    CUDA_CHECK(cudaMemcpyToSymbolAsync(g_ws_probe, &probe, sizeof(probe), 0, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<true>, a, kp));
+  } else {
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false>, a, kp));
+  }
   if (p.splits > 1 && !kp.cluster_merge) {
     merge_kernel<<<unsigned(a.rows) * unsigned(a.heads), 128, 0, stream>>>(a, p.splits, kp.ws);
     CUDA_CHECK_LAUNCH();

@@ -23,8 +23,9 @@
 namespace dsv4::gpu::sm90 {
 
 // Runs the warp-specialized kernel for plan.warp_specialized (sparse_decode's dispatch): same
-// arguments, plan rules, workspace and results contract as sparse_decode.
-void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace,
+// arguments, plan rules, workspace and results contract as sparse_decode. probe: nullptr, or
+// sparse_decode_probe's buffer (in-cluster merge plans; the slots: sm90_sparse_decode_ws.cu).
+void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, long long* probe,
                       cudaStream_t stream);
 
 // 64-bit wgmma shared-memory descriptor, no swizzle; lbo / sbo in bytes (multiples of 16).

@@ -159,7 +159,8 @@ void sparse_decode(const SparseDecodeArgs& args, const SparseDecodePlan& plan, v
 // with the in-cluster merge only). probe: device [CTAs][16] int64: slots 0..12 clock64 at
 // kernel entry, after pdl_wait, after the first tile's ids, its data, dequant, QK, softmax,
 // P·V, the loop, the first cluster barrier, the merge weights, the output, the last barrier;
-// 13 / 14 globaltimer (ns) at entry / exit, 15 clock64 at exit.
+// 13 / 14 globaltimer (ns) at entry / exit, 15 clock64 at exit. A warp-specialized plan runs
+// that kernel's probe instead, whose slots 1..12 differ (sm90_sparse_decode_ws.cu).
 void sparse_decode_probe(const SparseDecodeArgs& args, const SparseDecodePlan& plan, void* workspace,
                          long long* probe, cudaStream_t stream);
 

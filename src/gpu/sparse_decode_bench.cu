@@ -96,8 +96,11 @@ double read_bandwidth(cudaStream_t s) {
 
 // Per-phase probe (sparse_decode_probe) of one call after `warm` plain calls: per phase the
 // median over the CTAs and 9 calls of its clock64 time, in ns at the CTA's measured clock.
+// A warp-specialized plan's probe (its slots: sm90_sparse_decode_ws.cu) prints each slot's time
+// since the CTA's entry instead of each phase's length.
 void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::function<void(int)>& call,
                  const std::function<void(long long*)>& probe_call, const char* label) {
+  const bool ws = plan.warp_specialized;
   const int ctas = plan.rows * plan.head_groups * plan.splits;
   DeviceBuffer<long long> pb(size_t(ctas) * 16);
   std::vector<std::vector<double>> ph(13);
@@ -112,7 +115,7 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
       if (x[14] <= x[13]) continue;
       const double rate = double(x[15] - x[0]) / double(x[14] - x[13]);  // clocks per ns
       ghz.push_back(rate);
-      for (int i = 2; i <= 12; ++i) ph[i].push_back(double(x[i] - x[i - 1]) / rate);
+      for (int i = ws ? 1 : 2; i <= 12; ++i) ph[i].push_back(double(x[i] - x[ws ? 0 : i - 1]) / rate);
     }
   }
   auto med = [](std::vector<double> v) {
@@ -121,8 +124,10 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
     return v[v.size() / 2];
   };
   const char* names[13] = {"", "", "ids", "data", "deq", "qk", "smax", "pv", "end", "bar1", "ml", "out", "bar2"};
-  std::printf("  probe %s (ns, medians; SM clock %.2f GHz):", label, med(ghz));
-  for (int i = 2; i <= 12; ++i) std::printf(" %s %.0f", names[i], med(ph[i]));
+  const char* ws_names[13] = {"",        "lengths", "stored0", "q",    "full0", "qk0",  "smax0",
+                              "pv0",     "tiles",   "issued0", "data0", "merge", "bar2"};
+  std::printf("  probe %s (ns%s, medians; SM clock %.2f GHz):", label, ws ? " since entry" : "", med(ghz));
+  for (int i = ws ? 1 : 2; i <= 12; ++i) std::printf(" %s %.0f", (ws ? ws_names : names)[i], med(ph[i]));
   std::printf("\n");
 }
 
@@ -315,11 +320,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 4 && std::string(argv[1]) == "ws-case") {  // one warp-specialized case, e.g. for a profiler:
-    // ws-case HCA|CSA|SWA B context (HCA: 128 + context / 128 candidates; CSA: 128 + 512; SWA: 128)
+    // ws-case HCA|CSA|SWA B context [probe] (HCA: 128 + context / 128 candidates; CSA: 128 + 512;
+    // SWA: 128; probe: the per-phase stamps too)
     const std::string kind = argv[2];
     const int b = std::atoi(argv[3]), ctx = std::atoi(argv[4]);
     const int extra = kind == "HCA" ? ctx / 128 : kind == "CSA" ? 512 : 0;
-    attention_case(s, pool, peak, kind.c_str(), b, 128, extra, kind == "HCA", 16, kHeads, 0, 0, false, 1);
+    attention_case(s, pool, peak, kind.c_str(), b, 128, extra, kind == "HCA", 16, kHeads, 0, 0, argc > 5, 1);
     CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
