@@ -372,13 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cluster_merge_epilogue<NT, kProbe>(sm, a, o, splits, split, head_tile && has_work, mt, grp, q_off, H,
                                        a.sink + h_base);
     if constexpr (kProbe)
-      if (tid == 0) {
-        long long* out = kp.probe + int64_t(blockIdx.x) * kProbeSlots;
-        for (int i = 0; i < 13; ++i) out[i] = sm.stamp[i];
-        out[13] = sm.stamp[13];
-        out[14] = globaltimer_ns();
-        out[15] = clock64();
-      }
+      if (tid == 0) probe_write(sm, kp.probe);
   } else {
     float* po = ws + int64_t(a.rows) * splits * H * 2 + unit * H * kHeadDim;
     if (tid < H) {

@@ -78,19 +78,29 @@ __device__ __forceinline__ int32_t spec_list_id(const SparseDecodeArgs& a, int r
   return a.extra_idx != nullptr && c < a.extra_stride ? a.extra_idx[int64_t(r) * a.extra_stride + c] : -1;
 }
 
-// Per-phase probe (bench-only instantiation kProbe): thread 0 stamps clock64 into slot i.
+// Per-phase probe (bench-only instantiation kProbe): thread `by` stamps clock64 into slot i
+// (slot 0 also the globaltimer into slot 13); `after` (e.g. a loaded value) is there first.
 __device__ __forceinline__ long long globaltimer_ns() {
   long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 template <bool kProbe>
-__device__ __forceinline__ void probe_mark(Smem& sm, int i) {
+__device__ __forceinline__ void probe_mark(Smem& sm, int i, int by = 0, int after = 0) {
   if constexpr (kProbe)
-    if (threadIdx.x == 0) {
+    if (int(threadIdx.x) == by) {
+      asm volatile("" ::"r"(after));
       sm.stamp[i] = clock64();
       if (i == 0) sm.stamp[13] = globaltimer_ns();
     }
+}
+// The CTA's stamps into its probe row (one thread, after the last stamp): slots 0..13, then the
+// globaltimer and clock64 at exit (14, 15).
+__device__ __forceinline__ void probe_write(const Smem& sm, long long* probe) {
+  long long* out = probe + int64_t(blockIdx.x) * kProbeSlots;
+  for (int i = 0; i < 14; ++i) out[i] = sm.stamp[i];
+  out[14] = globaltimer_ns();
+  out[15] = clock64();
 }
 
 // Candidates per split of a row with `total` candidates (SparseDecodePlan): a multiple of 8

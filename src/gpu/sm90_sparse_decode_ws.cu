@@ -92,22 +92,12 @@ struct WsParams {
 // plain kernel's parameters stay as they are; one probe call at a time).
 __device__ long long* g_ws_probe;
 
-// Probe instantiation (kProbe, sparse_decode_probe): thread `by` stamps clock64 into slot i (slot
-// 0 also the globaltimer into slot 13); ws_epilogue writes the CTA's stamps out. Slots: 0 entry,
-// 1 the row's lengths, 2 the producer's first tile stored, 3 Q loaded, 4 the first tile's full
-// wait, 5 its Q·Kᵀ, 6 its softmax, 7 its P·V, 8 the last tile done, 9 the producer's first tile's
-// loads issued, 10 their first piece arrived, 11 the merge, 12 the last cluster barrier (1, 2, 9,
-// 10: producer thread 0; the others: consumer thread 128). The plain instantiation's code is the
+// Probe instantiation (kProbe, sparse_decode_probe; probe_mark stamps, ws_epilogue writes the
+// CTA's stamps out). Slots: 0 entry, 1 the row's lengths, 2 the producer's first tile stored, 3 Q
+// loaded, 4 the first tile's full wait, 5 its Q·Kᵀ, 6 its softmax, 7 its P·V, 8 the last tile
+// done, 9 the producer's first tile's loads issued, 10 their first piece arrived, 11 the merge,
+// 12 the last cluster barrier (1, 2, 9, 10: producer thread 0; the others: consumer thread 128). The plain instantiation's code is the
 // same as without the probe (its PTX compared: docs/attention-decode-rounds.md round 6).
-template <bool kProbe>
-__device__ __forceinline__ void ws_mark(Smem& sm, int i, int by, int after = 0) {
-  if constexpr (kProbe)
-    if (int(threadIdx.x) == by) {
-      asm volatile("" ::"r"(after));  // `after` (e.g. a loaded value) is there before the stamp
-      sm.stamp[i] = clock64();
-      if (i == 0) sm.stamp[13] = globaltimer_ns();
-    }
-}
 
 // Byte offset of (row, 8-element chunk) in a core-matrix tile of 512-wide rows.
 __device__ __forceinline__ uint32_t core_off(int row, int chunk) {
@@ -224,18 +214,13 @@ __device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a,
       cluster_merge_tail<4, false>(sm, a, sm.part, 4, u_first, u1, q_off, H, a.sink);
     else
       cluster_merge_tail<2, false>(sm, a, sm.part, 2, u_first, u1, q_off, H, a.sink);
-    ws_mark<kProbe>(sm, 11, 128);
+    probe_mark<kProbe>(sm, 11, 128);
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
     asm volatile("barrier.cluster.wait;\n" ::: "memory");
-    ws_mark<kProbe>(sm, 12, 128);
+    probe_mark<kProbe>(sm, 12, 128);
     if constexpr (kProbe) {
       __syncthreads();
-      if (tid == 0) {
-        long long* out = g_ws_probe + int64_t(blockIdx.x) * kProbeSlots;
-        for (int i = 0; i < 14; ++i) out[i] = sm.stamp[i];
-        out[14] = globaltimer_ns();
-        out[15] = clock64();
-      }
+      if (tid == 0) probe_write(sm, g_ws_probe);
     }
   } else {
     if (!holds) return;
@@ -334,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(&sm.full[tid], 128);   // the producer's threads
     mbar_init(&sm.empty[tid], 256);  // the consumers' threads
   }
-  ws_mark<kProbe>(sm, 0, 0);
+  probe_mark<kProbe>(sm, 0);
   pdl_wait();
   pdl_trigger();
   const int splits = kp.splits, split = blockIdx.x % splits, r = blockIdx.x / splits;
@@ -344,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int chunk = row_chunk(rl.total, splits, kp.min_chunk, kp.cluster_merge);
   const int begin = split * chunk, end = min(rl.total, begin + chunk);
   const int tiles = begin < end ? (end - begin + kTile - 1) / kTile : 0;
-  ws_mark<kProbe>(sm, 1, 0, tiles);
+  probe_mark<kProbe>(sm, 1, 0, tiles);
   float* const ml_ws = kp.ws + (int64_t(r) * splits + split) * H * 2;
   if (tiles == 0 && splits > 1 && !kp.cluster_merge) {  // an empty partial (the merge skips it)
     for (int h = tid; h < H; h += kThreads) {
@@ -370,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     resolve_at(a, rl, r, begin + c, end, list_id(a, rl, r, begin + c, end), d, s);
     bool valid = d != nullptr;
     if (tiles > 0) load_share(share, valid ? d : dummy, valid ? s : dummy, hb);
-    ws_mark<kProbe>(sm, 9, 0);
+    probe_mark<kProbe>(sm, 9);
     int32_t id_n = list_id(a, rl, r, begin + kTile + c, end), id_nn = list_id(a, rl, r, begin + 2 * kTile + c, end);
     for (int t = 0; t < tiles; ++t) {
       const int st = t & 1;
@@ -379,13 +364,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       id_nn = list_id(a, rl, r, begin + (t + 3) * kTile + c, end);
       if (t >= kStages) mbar_wait(&sm.empty[st], ((t >> 1) - 1) & 1);
       const bool valid_next = d != nullptr;
-      if (t == 0) ws_mark<kProbe>(sm, 10, 0, share.v[0].x);
+      if (t == 0) probe_mark<kProbe>(sm, 10, 0, share.v[0].x);
       store_share_load_next(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
                             valid_next ? s : dummy);
       if (hb == 0) sm.tile_valid[st][c] = valid;
       fence_proxy_async();
       mbar_arrive(&sm.full[st]);
-      if (t == 0) ws_mark<kProbe>(sm, 2, 0);
+      if (t == 0) probe_mark<kProbe>(sm, 2);
       valid = valid_next;
     }
     const float none[128] = {};
@@ -420,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait_all();
     fence_proxy_async();
     named_sync(2, 256);
-    ws_mark<kProbe>(sm, 3, 128);
+    probe_mark<kProbe>(sm, 3, 128);
     float sacc[16] = {};  // (the first wgmma of a tile ignores it: scale-d 0)
     // S = Q · K[32cw .. 32cw + 32)ᵀ of tile t over the 512 dims, issued and committed.
     auto issue_qk = [&](int t) {
@@ -450,12 +435,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < tiles; ++i) {
       wgmma_fence();
       issue_qk(i);
-      if (i == 0) ws_mark<kProbe>(sm, 4, 128);
+      if (i == 0) probe_mark<kProbe>(sm, 4, 128);
       wgmma_wait_all();
       fence_regs(sacc);
-      if (i == 0) ws_mark<kProbe>(sm, 5, 128, __float_as_int(sacc[0]));
+      if (i == 0) probe_mark<kProbe>(sm, 5, 128, __float_as_int(sacc[0]));
       tile_softmax(sm, a, sacc, i & 1, cw, lane, h0, h1, m_run, l_run, alpha);
-      if (i == 0) ws_mark<kProbe>(sm, 6, 128, __float_as_int(alpha[0]));
+      if (i == 0) probe_mark<kProbe>(sm, 6, 128, __float_as_int(alpha[0]));
       fence_regs(o);
       if (__any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // × 1 is exact: skipped
 #pragma unroll
@@ -471,10 +456,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_pv(i);
       wgmma_wait_all();
       fence_regs(o);
-      if (i == 0) ws_mark<kProbe>(sm, 7, 128, __float_as_int(o[0]));
+      if (i == 0) probe_mark<kProbe>(sm, 7, 128, __float_as_int(o[0]));
       mbar_arrive(&sm.empty[i & 1]);
     }
-    ws_mark<kProbe>(sm, 8, 128);
+    probe_mark<kProbe>(sm, 8, 128);
   }
   ws_epilogue<kProbe>(sm, a, kp, o, m_run, l_run, true, tiles);
 }
