@@ -5,7 +5,10 @@
 // random bf16 rope dims) and a 268 MB indexer key pool, far beyond the 60 MB L2; each of the
 // 8 launches in a graph uses another of 4 index-list / key-range copies.
 // Calls of at most kPdlMaxRows rows run inside a PdlScope, as GpuModel's decode (DSV4_PDL=0:
-// plain launches); `pdl=` in the output says which.
+// plain launches); `pdl=` in the output says which. Queries are bf16 (`a.q`) unless
+// DSV4_BENCH_Q32=1: fp32 (`a.q_f32`, as GpuModel's decode passes them; same values), or 2: fp32
+// and every call reads the first copy's (likely L2-resident, as after the model's rope kernel);
+// `q32=` in the output says which.
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
@@ -61,6 +64,11 @@ __global__ void fill_pool(uint8_t* p, int64_t bytes, int page, int64_t stride) {
     }
     p[i] = v;
   }
+}
+// fp32 copies of bf16 values (the model's queries are fp32: DSV4_BENCH_Q32=1).
+__global__ void widen_bf16(const uint16_t* p, float* f, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    f[i] = __uint_as_float(uint32_t(p[i]) << 16);
 }
 __global__ void fill_bf16(uint16_t* p, int64_t n, uint32_t seed) {  // FP4-like values
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -155,6 +163,13 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   d_el.upload(std::vector<int32_t>(rows, extra_len));
   DeviceBuffer<uint16_t> q(size_t(kCopies) * rows * heads * kHeadDim), out(size_t(rows) * heads * kHeadDim);
   fill_bf16<<<256, 256, 0, s>>>(q.get(), int64_t(q.size()), 5);
+  // DSV4_BENCH_Q32=1: the queries as fp32 (a.q_f32, as GpuModel's decode passes them), same values;
+  // 2: and every call reads the first copy's (likely L2-resident, as after the model's rope kernel).
+  const char* q32_env = std::getenv("DSV4_BENCH_Q32");
+  const int q32_mode = q32_env != nullptr ? std::atoi(q32_env) : 0;
+  const bool q32 = q32_mode != 0;
+  DeviceBuffer<float> q_f32(q32 ? q.size() : 1);
+  if (q32) widen_bf16<<<256, 256, 0, s>>>(q.get(), q_f32.get(), int64_t(q.size()));
   DeviceBuffer<float> sink(kHeads);
   CUDA_CHECK(cudaMemset(sink.get(), 0, kHeads * 4));
   // ws: −1 the plan's kernel; 0 the mma.sync kernel; 1 the warp-specialized one (one head group).
@@ -165,7 +180,8 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   auto args = [&](int i) {
     const int c = i % kCopies;
     SparseDecodeArgs a;
-    a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * rows * heads * kHeadDim;
+    if (q32) a.q_f32 = q_f32.get() + size_t(q32_mode == 2 ? 0 : c) * rows * heads * kHeadDim;
+    else a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * rows * heads * kHeadDim;
     a.heads = heads;
     a.main_pool = pool;
     a.main_idx = d_mi.get() + size_t(c) * rows * main_len;
@@ -187,14 +203,14 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   CUDA_CHECK(cudaStreamSynchronize(s));
   const Stats st = time_graph(s, call);
   const int cands = main_len + extra_len;
-  const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + 2.0 * heads * kHeadDim * 2);
+  const double bytes = double(rows) * (double(cands) * (kEntryBytes + 4) + (q32 ? 6.0 : 4.0) * heads * kHeadDim);
   const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
   if (probe && plan.cluster > 1)
     print_probe(s, plan, call, [&](long long* pb) { sparse_decode_probe(args(0), plan, work.get(), pb, s); }, kind);
-  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d %s | %8.2f us "
+  std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d q32=%d %s | %8.2f us "
               "(min %.2f max %.2f) | %8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
               kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()),
-              plan.warp_specialized ? "ws " : "mma", st.med,
+              q32_mode, plan.warp_specialized ? "ws " : "mma", st.med,
               st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Stall reasons of one kernel from ncu's SASS source view, summed per reason.
+
+Input: the csv of `ncu --section SourceCounters --section WarpStateStats --page source --csv
+--print-source sass ...` (one kernel launch; ncu's own lines before the table are skipped).
+Prints, for the whole kernel and for each range of SASS lines given (0-based row numbers of the
+table, `A:B` = rows A..B-1), the samples and each reason's share, largest first; `--find TEXT`
+prints the rows whose SASS contains TEXT (to locate ranges: e.g. USETMAXREG, UCGABAR, EXIT).
+
+  scripts/ncu_stalls.py ncu.csv [A:B ...] [--find TEXT ...]
+"""
+import csv
+import sys
+
+
+def load(path):
+    rows = list(csv.reader(open(path)))
+    heads = [i for i, r in enumerate(rows) if r and r[0] == 'Address']
+    if not heads:
+        sys.exit(f'{path}: no source table (was it run with --page source --csv?)')
+    h = rows[heads[0]]
+    return h, [r for r in rows[heads[0] + 1:] if len(r) == len(h)]
+
+
+def summary(h, data, lo, hi):
+    cols = [c for c in h if c.startswith('stall_') and 'Not Issued' not in c]
+    tot = {c: sum(float(r[h.index(c)] or 0) for r in data[lo:hi]) for c in cols}
+    n = sum(tot.values())
+    shares = ' '.join(f'{c[6:]}={100 * v / n:.1f}%' for c, v in sorted(tot.items(), key=lambda x: -x[1]) if v > 0)
+    return f'rows {lo}:{hi} samples {n:.0f} {shares}' if n else f'rows {lo}:{hi} no samples'
+
+
+def main(argv):
+    if not argv or argv[0] in ('-h', '--help'):
+        sys.exit(__doc__)
+    h, data = load(argv[0])
+    ranges, finds, i = [], [], 1
+    while i < len(argv):
+        if argv[i] == '--find' and i + 1 < len(argv):
+            finds.append(argv[i + 1])
+            i += 2
+            continue
+        lo, hi = argv[i].split(':')
+        ranges.append((int(lo), int(hi)))
+        i += 1
+    print(summary(h, data, 0, len(data)))
+    for lo, hi in ranges:
+        print(summary(h, data, lo, hi))
+    for text in finds:
+        for n, r in enumerate(data):
+            if text in r[1]:
+                print(n, r[1].strip()[:80])
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
