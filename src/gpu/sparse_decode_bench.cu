@@ -8,7 +8,8 @@
 // plain launches); `pdl=` in the output says which. Queries are bf16 (`a.q`) unless
 // DSV4_BENCH_Q32=1: fp32 (`a.q_f32`, as GpuModel's decode passes them; same values), or 2: fp32
 // and every call reads the first copy's (likely L2-resident, as after the model's rope kernel);
-// `q32=` in the output says which.
+// `q32=` in the output says which. DSV4_BENCH_COLD_MB=N adds a line per case: the calls' CUPTI
+// times when each follows a read of N MB and (fp32 queries) their queries' rewrite (cold_calls).
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
@@ -29,6 +30,7 @@
 
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/cupti_trace.h"
 #include "gpu/pdl.cuh"
 #include "gpu/pdl.h"
 #include "gpu/sm90_indexer_topk.h"
@@ -139,6 +141,70 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
   std::printf("\n");
 }
 
+// Reads n4 float4s with plain (L2-allocating) loads: the step's weights between two attention
+// layers, which evict the KV lines, the queries and the kernel's code from L2.
+__global__ void evict_l2(const float4* p, int64_t n4, float* sink) {
+  float acc = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = p[i];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 1234.5f) *sink = acc;  // never (the buffer is zeros): keeps the loads
+}
+
+// DSV4_BENCH_COLD_MB=N: the attention calls timed as the model runs them — each call of a graph
+// of 8 follows a read of N MB (evict_l2) and `before(i)` (the queries' rewrite, as the model's
+// rope kernel writes them just before the attention), and the attention kernels' own durations
+// come from CUPTI (the evictions are not counted). Prints the split kernel's median and the
+// mean per call of the split and merge kernels together, over 10 replays.
+void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, const std::function<void(int)>& before) {
+  std::string why;
+  if (!cupti::load(&why)) {
+    std::printf("  cold: no CUPTI (%s)\n", why.c_str());
+    return;
+  }
+  DeviceBuffer<float4> buf((size_t(mb) << 20) / sizeof(float4));
+  DeviceBuffer<float> sink(1);
+  buf.fill_bytes(0);
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 8; ++i) {
+    evict_l2<<<1024, 256, 0, s>>>(buf.get(), int64_t(buf.size()), sink.get());
+    before(i);
+    call(i);
+  }
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cupti::KernelTrace trace;
+  trace.start();
+  constexpr int kReplays = 10;
+  for (int r = 0; r < kReplays; ++r) CUDA_CHECK(cudaGraphLaunch(exec, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::vector<prof::KernelRecord> recs = trace.stop();
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  std::vector<double> split;
+  double total = 0.0;
+  for (const prof::KernelRecord& r : recs) {
+    const double us = double(r.end_ns - r.start_ns) / 1e3;
+    if (r.name.find("sparse_decode") != std::string::npos) split.push_back(us);
+    if (r.name.find("sparse_decode") != std::string::npos || r.name.find("merge_kernel") != std::string::npos)
+      total += us;
+  }
+  if (split.size() != size_t(8 * kReplays)) {
+    std::printf("  cold: %zu attention records of %d calls (CUPTI dropped %lld)\n", split.size(), 8 * kReplays,
+                static_cast<long long>(trace.dropped_records()));
+    return;
+  }
+  std::sort(split.begin(), split.end());
+  std::printf("  cold (%d MB read before each call, CUPTI): split kernel %.2f us median (min %.2f max %.2f); "
+              "split + merge %.2f us a call\n",
+              mb, split[split.size() / 2], split.front(), split.back(), total / double(split.size()));
+}
+
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
                     int main_len, int extra_len, bool contiguous_extra, int min_chunk = 16,
                     int heads = kHeads, int max_cluster = 0, int head_groups = 0, bool probe = false,
@@ -207,6 +273,13 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
   if (probe && plan.cluster > 1)
     print_probe(s, plan, call, [&](long long* pb) { sparse_decode_probe(args(0), plan, work.get(), pb, s); }, kind);
+  const char* cold_env = std::getenv("DSV4_BENCH_COLD_MB");
+  if (const int cold_mb = cold_env != nullptr ? std::atoi(cold_env) : 0; cold_mb > 0)
+    cold_calls(s, cold_mb, call, [&](int i) {  // fp32 queries: this call's copy rewritten (hot in L2)
+      if (!q32) return;
+      const size_t per = size_t(rows) * heads * kHeadDim, c = q32_mode == 2 ? 0 : size_t(i % kCopies);
+      widen_bf16<<<256, 256, 0, s>>>(q.get() + c * per, q_f32.get() + c * per, int64_t(per));
+    });
   std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d q32=%d %s | %8.2f us "
               "(min %.2f max %.2f) | %8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
               kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()),
