@@ -273,13 +273,6 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   const double flops = double(rows) * heads * cands * kHeadDim * 4.0;
   if (probe && plan.cluster > 1)
     print_probe(s, plan, call, [&](long long* pb) { sparse_decode_probe(args(0), plan, work.get(), pb, s); }, kind);
-  const char* cold_env = std::getenv("DSV4_BENCH_COLD_MB");
-  if (const int cold_mb = cold_env != nullptr ? std::atoi(cold_env) : 0; cold_mb > 0)
-    cold_calls(s, cold_mb, call, [&](int i) {  // fp32 queries: this call's copy rewritten (hot in L2)
-      if (!q32) return;
-      const size_t per = size_t(rows) * heads * kHeadDim, c = q32_mode == 2 ? 0 : size_t(i % kCopies);
-      widen_bf16<<<256, 256, 0, s>>>(q.get() + c * per, q_f32.get() + c * per, int64_t(per));
-    });
   std::printf("%-5s H=%-2d B=%-3d cands=%-5d chunk=%-4d splits=%-3d cluster=%-2d groups=%d pdl=%d q32=%d %s | %8.2f us "
               "(min %.2f max %.2f) | %8.2f MB %7.0f GB/s %5.1f%% | %6.1f TFLOP/s\n",
               kind, heads, rows, cands, plan.chunk, plan.splits, plan.cluster, plan.head_groups, int(pdl_enabled()),
@@ -287,6 +280,13 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
               st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
+  const char* cold_env = std::getenv("DSV4_BENCH_COLD_MB");
+  if (const int cold_mb = cold_env != nullptr ? std::atoi(cold_env) : 0; cold_mb > 0)
+    cold_calls(s, cold_mb, call, [&](int i) {  // fp32 queries: this call's copy rewritten (hot in L2)
+      if (!q32) return;
+      const size_t per = size_t(rows) * heads * kHeadDim, c = q32_mode == 2 ? 0 : size_t(i % kCopies);
+      widen_bf16<<<256, 256, 0, s>>>(q.get() + c * per, q_f32.get() + c * per, int64_t(per));
+    });
 }
 
 // µs per call of floor_kernel: `ctas` CTAs of 512 threads and ~199 KB smem (one per SM, as the
