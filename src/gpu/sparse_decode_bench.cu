@@ -9,7 +9,8 @@
 // DSV4_BENCH_Q32=1: fp32 (`a.q_f32`, as GpuModel's decode passes them; same values), or 2: fp32
 // and every call reads the first copy's (likely L2-resident, as after the model's rope kernel);
 // `q32=` in the output says which. DSV4_BENCH_COLD_MB=N adds a line per case: the calls' CUPTI
-// times when each follows a read of N MB and (fp32 queries) their queries' rewrite (cold_calls).
+// times when each follows a read of N MB (DSV4_BENCH_COLD_CODE=1: and a sweep through ~260 KB of
+// other code) and (fp32 queries) their queries' rewrite (cold_calls).
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
@@ -152,11 +153,23 @@ __global__ void evict_l2(const float4* p, int64_t n4, float* sink) {
   if (acc == 1234.5f) *sink = acc;  // never (the buffer is zeros): keeps the loads
 }
 
+// ~4K straight-line instructions (~65 KB of code) an instantiation; the four of cold_calls run
+// ~260 KB of code on every SM: the step's other kernels, whose code takes the attention's place
+// in the SMs' instruction caches and in L2.
+template <int kSeed>
+__global__ void icache_sweep(float* sink, float x) {
+  float a = x;
+#pragma unroll
+  for (int i = 0; i < 4096; ++i) a = fmaf(a, 0.999f, float(i + kSeed));
+  if (a == 1234.5f) *sink = a;  // (practically) never: keeps the chain
+}
+
 // DSV4_BENCH_COLD_MB=N: the attention calls timed as the model runs them — each call of a graph
-// of 8 follows a read of N MB (evict_l2) and `before(i)` (the queries' rewrite, as the model's
-// rope kernel writes them just before the attention), and the attention kernels' own durations
-// come from CUPTI (the evictions are not counted). Prints the split kernel's median and the
-// mean per call of the split and merge kernels together, over 10 replays.
+// of 8 follows a read of N MB (evict_l2), with DSV4_BENCH_COLD_CODE=1 also icache_sweep, and
+// `before(i)` (the queries' rewrite, as the model's rope kernel writes them just before the
+// attention); the attention kernels' own durations come from CUPTI (the rest is not counted).
+// Prints the split kernel's median and the mean per call of the split and merge kernels
+// together, over 10 replays.
 void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, const std::function<void(int)>& before) {
   std::string why;
   if (!cupti::load(&why)) {
@@ -166,10 +179,20 @@ void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, co
   DeviceBuffer<float4> buf((size_t(mb) << 20) / sizeof(float4));
   DeviceBuffer<float> sink(1);
   buf.fill_bytes(0);
+  const char* code_env = std::getenv("DSV4_BENCH_COLD_CODE");
+  const bool sweep = code_env != nullptr && std::atoi(code_env) != 0;
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < 8; ++i) {
     evict_l2<<<1024, 256, 0, s>>>(buf.get(), int64_t(buf.size()), sink.get());
+    if (sweep) {
+      icache_sweep<1 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
+      icache_sweep<2 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
+      icache_sweep<3 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
+      icache_sweep<4 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
+    }
     before(i);
     call(i);
   }
@@ -200,9 +223,10 @@ void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, co
     return;
   }
   std::sort(split.begin(), split.end());
-  std::printf("  cold (%d MB read before each call, CUPTI): split kernel %.2f us median (min %.2f max %.2f); "
+  std::printf("  cold (%d MB read%s before each call, CUPTI): split kernel %.2f us median (min %.2f max %.2f); "
               "split + merge %.2f us a call\n",
-              mb, split[split.size() / 2], split.front(), split.back(), total / double(split.size()));
+              mb, sweep ? " and the code sweep" : "", split[split.size() / 2], split.front(), split.back(),
+              total / double(split.size()));
 }
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
