@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <vector>
 
 #include "base/check.h"
+#include "base/env.h"
 #include "base/parallel.h"
 
 namespace dsv4 {
@@ -49,6 +51,19 @@ TEST(ParallelFor, RethrowsExceptionsFromWorkers) {
   std::atomic<int> count{0};
   parallel_for(10, [&](int64_t b, int64_t e) { count += static_cast<int>(e - b); });
   EXPECT_EQ(count.load(), 10);
+}
+
+TEST(Env, IntReadsTheValueOrTheFallback) {
+  const char* name = "DSV4_BASE_TEST_ENV_INT";
+  unsetenv(name);
+  EXPECT_EQ(env_int(name, 7), 7);
+  setenv(name, "", 1);
+  EXPECT_EQ(env_int(name, 7), 7);
+  setenv(name, "256", 1);
+  EXPECT_EQ(env_int(name, 7), 256);
+  setenv(name, "0", 1);
+  EXPECT_EQ(env_int(name, 7), 0);
+  unsetenv(name);
 }
 
 }  // namespace dsv4

@@ -12,4 +12,10 @@ inline bool env_switch_on(const char* name) {
   return v == nullptr || std::string_view(v) != "0";
 }
 
+// The variable's integer value (std::atoi), or `fallback` when it is unset or empty.
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? fallback : std::atoi(v);
+}
+
 }  // namespace dsv4

@@ -7,6 +7,8 @@
 //     replays of a graph holding `calls` calls, after 2 warm-up replays.
 //   capture_and_time(stream, calls, replays, call): captures call(0) … call(calls − 1) on
 //     `stream` (must not be the legacy stream) into one graph and returns graph_replay_us.
+//   l2_evicting_read(buf, bytes, sink, stream): one pass of plain (L2-allocating) loads over
+//     `bytes` at `buf` (multiple of 16), e.g. to push a benchmark's data and code out of L2.
 //   median(v) / stats(v): over a copy of v.
 // Header-only (each benchmark is its own executable).
 #pragma once
@@ -37,11 +39,13 @@ Stats<T> stats(const std::vector<T>& v) {
 }
 
 namespace detail {
-// XOR of every 16-byte word (kept alive through `sink`), one pass.
+// XOR of every 16-byte word (kept alive through `sink`), one pass; streaming (evict-first)
+// loads, or plain L2-allocating ones.
+template <bool kStreaming = true>
 __global__ void read_pass_kernel(const uint4* p, size_t n, uint32_t* sink) {
   uint32_t acc = 0;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcs(p + i);
+    const uint4 v = kStreaming ? __ldcs(p + i) : p[i];
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) *sink = acc;
@@ -75,10 +79,15 @@ inline double hbm_read_probe(const void* buf, size_t bytes, cudaStream_t stream)
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   DeviceBuffer<uint32_t> sink(1);
   const auto ms = detail::event_ms(stream, 2, 10, [&] {
-    detail::read_pass_kernel<<<sms * 4, 1024, 0, stream>>>(static_cast<const uint4*>(buf), bytes / 16, sink.get());
+    detail::read_pass_kernel<true><<<sms * 4, 1024, 0, stream>>>(static_cast<const uint4*>(buf), bytes / 16, sink.get());
     CUDA_CHECK(cudaGetLastError());
   });
   return static_cast<double>(bytes) / (median(ms) * 1e-3);
+}
+
+inline void l2_evicting_read(const void* buf, size_t bytes, uint32_t* sink, cudaStream_t stream) {
+  detail::read_pass_kernel<false><<<1024, 256, 0, stream>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 inline std::vector<float> graph_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int replays, int calls) {

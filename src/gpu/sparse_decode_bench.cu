@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/env.h"
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/cupti_trace.h"
@@ -142,17 +143,6 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
   std::printf("\n");
 }
 
-// Reads n4 float4s with plain (L2-allocating) loads: the step's weights between two attention
-// layers, which evict the KV lines, the queries and the kernel's code from L2.
-__global__ void evict_l2(const float4* p, int64_t n4, float* sink) {
-  float acc = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
-    const float4 v = p[i];
-    acc += v.x + v.y + v.z + v.w;
-  }
-  if (acc == 1234.5f) *sink = acc;  // never (the buffer is zeros): keeps the loads
-}
-
 // ~4K straight-line instructions (~65 KB of code) an instantiation; the four of cold_calls run
 // ~260 KB of code on every SM: the step's other kernels, whose code takes the attention's place
 // in the SMs' instruction caches and in L2.
@@ -165,33 +155,35 @@ __global__ void icache_sweep(float* sink, float x) {
 }
 
 // DSV4_BENCH_COLD_MB=N: the attention calls timed as the model runs them — each call of a graph
-// of 8 follows a read of N MB (evict_l2), with DSV4_BENCH_COLD_CODE=1 also icache_sweep, and
-// `before(i)` (the queries' rewrite, as the model's rope kernel writes them just before the
-// attention); the attention kernels' own durations come from CUPTI (the rest is not counted).
-// Prints the split kernel's median and the mean per call of the split and merge kernels
-// together, over 10 replays.
-void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, const std::function<void(int)>& before) {
+// of 8 follows a plain read of N MB (bench::l2_evicting_read: the step's weights between two
+// attention layers, which push the KV lines, the queries and the kernel's code out of L2), with
+// DSV4_BENCH_COLD_CODE=1 also icache_sweep, and `before(i)` (the queries' rewrite, as the model's
+// rope kernel writes them just before the attention); the attention kernels' own durations come
+// from CUPTI (the rest is not counted). Prints the split kernel's median (with the case's bytes:
+// GB/s and % of the probe `peak`) and the mean per call of the split and merge kernels together,
+// over 10 replays.
+void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, const std::function<void(int)>& call,
+                const std::function<void(int)>& before) {
   std::string why;
   if (!cupti::load(&why)) {
     std::printf("  cold: no CUPTI (%s)\n", why.c_str());
     return;
   }
-  DeviceBuffer<float4> buf((size_t(mb) << 20) / sizeof(float4));
-  DeviceBuffer<float> sink(1);
+  DeviceBuffer<uint4> buf((size_t(mb) << 20) / sizeof(uint4));
+  DeviceBuffer<uint32_t> sink(1);
+  DeviceBuffer<float> fsink(1);
   buf.fill_bytes(0);
-  const char* code_env = std::getenv("DSV4_BENCH_COLD_CODE");
-  const bool sweep = code_env != nullptr && std::atoi(code_env) != 0;
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < 8; ++i) {
-    evict_l2<<<1024, 256, 0, s>>>(buf.get(), int64_t(buf.size()), sink.get());
+    bench::l2_evicting_read(buf.get(), buf.size() * sizeof(uint4), sink.get(), s);
     if (sweep) {
-      icache_sweep<1 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
-      icache_sweep<2 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
-      icache_sweep<3 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
-      icache_sweep<4 << 12><<<4 * sms, 128, 0, s>>>(sink.get(), float(i));
+      icache_sweep<1 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
+      icache_sweep<2 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
+      icache_sweep<3 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
+      icache_sweep<4 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
     }
     before(i);
     call(i);
@@ -213,9 +205,9 @@ void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, co
   double total = 0.0;
   for (const prof::KernelRecord& r : recs) {
     const double us = double(r.end_ns - r.start_ns) / 1e3;
-    if (r.name.find("sparse_decode") != std::string::npos) split.push_back(us);
-    if (r.name.find("sparse_decode") != std::string::npos || r.name.find("merge_kernel") != std::string::npos)
-      total += us;
+    const bool is_split = r.name.find("sparse_decode") != std::string::npos;
+    if (is_split) split.push_back(us);
+    if (is_split || r.name.find("merge_kernel") != std::string::npos) total += us;
   }
   if (split.size() != size_t(8 * kReplays)) {
     std::printf("  cold: %zu attention records of %d calls (CUPTI dropped %lld)\n", split.size(), 8 * kReplays,
@@ -223,10 +215,11 @@ void cold_calls(cudaStream_t s, int mb, const std::function<void(int)>& call, co
     return;
   }
   std::sort(split.begin(), split.end());
-  std::printf("  cold (%d MB read%s before each call, CUPTI): split kernel %.2f us median (min %.2f max %.2f); "
-              "split + merge %.2f us a call\n",
-              mb, sweep ? " and the code sweep" : "", split[split.size() / 2], split.front(), split.back(),
-              total / double(split.size()));
+  const double med = split[split.size() / 2];
+  std::printf("  cold (%d MB read%s before each call, CUPTI): split kernel %.2f us median (min %.2f max %.2f) "
+              "%7.0f GB/s %5.1f%%; split + merge %.2f us a call\n",
+              mb, sweep ? " and the code sweep" : "", med, split.front(), split.back(), bytes / (med * 1e3),
+              100.0 * bytes / (med * 1e3) / peak, total / double(split.size()));
 }
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
@@ -255,9 +248,10 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   fill_bf16<<<256, 256, 0, s>>>(q.get(), int64_t(q.size()), 5);
   // DSV4_BENCH_Q32=1: the queries as fp32 (a.q_f32, as GpuModel's decode passes them), same values;
   // 2: and every call reads the first copy's (likely L2-resident, as after the model's rope kernel).
-  const char* q32_env = std::getenv("DSV4_BENCH_Q32");
-  const int q32_mode = q32_env != nullptr ? std::atoi(q32_env) : 0;
+  static const int q32_mode = dsv4::env_int("DSV4_BENCH_Q32", 0);
   const bool q32 = q32_mode != 0;
+  const size_t q_per = size_t(rows) * heads * kHeadDim;  // one copy's query elements
+  auto q_copy = [&](int i) { return size_t(q32_mode == 2 ? 0 : i % kCopies); };  // call i's fp32 copy
   DeviceBuffer<float> q_f32(q32 ? q.size() : 1);
   if (q32) widen_bf16<<<256, 256, 0, s>>>(q.get(), q_f32.get(), int64_t(q.size()));
   DeviceBuffer<float> sink(kHeads);
@@ -270,8 +264,8 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   auto args = [&](int i) {
     const int c = i % kCopies;
     SparseDecodeArgs a;
-    if (q32) a.q_f32 = q_f32.get() + size_t(q32_mode == 2 ? 0 : c) * rows * heads * kHeadDim;
-    else a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * rows * heads * kHeadDim;
+    if (q32) a.q_f32 = q_f32.get() + q_copy(i) * q_per;
+    else a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * q_per;
     a.heads = heads;
     a.main_pool = pool;
     a.main_idx = d_mi.get() + size_t(c) * rows * main_len;
@@ -304,12 +298,11 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
               st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
-  const char* cold_env = std::getenv("DSV4_BENCH_COLD_MB");
-  if (const int cold_mb = cold_env != nullptr ? std::atoi(cold_env) : 0; cold_mb > 0)
-    cold_calls(s, cold_mb, call, [&](int i) {  // fp32 queries: this call's copy rewritten (hot in L2)
-      if (!q32) return;
-      const size_t per = size_t(rows) * heads * kHeadDim, c = q32_mode == 2 ? 0 : size_t(i % kCopies);
-      widen_bf16<<<256, 256, 0, s>>>(q.get() + c * per, q_f32.get() + c * per, int64_t(per));
+  static const int cold_mb = dsv4::env_int("DSV4_BENCH_COLD_MB", 0);
+  static const bool cold_code = dsv4::env_int("DSV4_BENCH_COLD_CODE", 0) != 0;
+  if (cold_mb > 0)
+    cold_calls(s, cold_mb, cold_code, bytes, peak, call, [&](int i) {  // fp32 queries: call i's copy rewritten
+      if (q32) widen_bf16<<<256, 256, 0, s>>>(q.get() + q_copy(i) * q_per, q_f32.get() + q_copy(i) * q_per, int64_t(q_per));
     });
 }
 
