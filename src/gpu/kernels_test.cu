@@ -18,6 +18,7 @@
 #include "gpu/kv_fp8.h"
 #include "gpu/linear_mma.h"
 #include "gpu/ops.h"
+#include "gpu/sm90_wgmma_common.cuh"
 #include "numerics/formats.h"
 #include "numerics/hadamard.h"
 #include "numerics/quant.h"
@@ -61,6 +62,22 @@ TEST(E4m3EncodeTest, MatchesNumericsEverywhere) {
     if (got[i] != numerics::float_to_e4m3(x[i]) && bad++ < 5)
       ADD_FAILURE() << "x = " << x[i] << ": device " << int(got[i]) << ", numerics " << int(numerics::float_to_e4m3(x[i]));
   EXPECT_EQ(bad, 0);
+}
+
+__global__ void l2_policy_kernel(uint64_t* out) {
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(out[0]));
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(out[1]));
+}
+
+// The L2 policy constants of the weight copies (sm90_wgmma_common.cuh) are what createpolicy makes.
+TEST(L2PolicyTest, ConstantsAreCreatepolicysValues) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer<uint64_t> out(2);
+  l2_policy_kernel<<<1, 1>>>(out.get());
+  CUDA_CHECK_LAUNCH();
+  const std::vector<uint64_t> got = out.download();
+  EXPECT_EQ(got[0], mma::detail::wgmma::kL2EvictFirst) << std::hex << got[0];
+  EXPECT_EQ(got[1], mma::detail::wgmma::kL2EvictNormal) << std::hex << got[1];
 }
 
 __global__ void e2m1_round_trip_kernel(const float* x, uint8_t* codes, float* values, int n) {

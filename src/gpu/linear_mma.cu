@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) mma_linear_kernel(Args a) {
 #pragma unroll
           for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int i = 0; i < AV; ++i) av[u][mt][h][i] = __ldg(reinterpret_cast<const uint4*>(wr[mt][h] + kb * 128 * ES) + i);
+            for (int i = 0; i < AV; ++i)
+              av[u][mt][h][i] = ldg_weight(reinterpret_cast<const uint4*>(wr[mt][h] + kb * 128 * ES) + i);
         if (WT == Wt::kFp8) {
 #pragma unroll
           for (int nf = 0; nf < NF; ++nf)

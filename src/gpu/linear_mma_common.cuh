@@ -55,6 +55,14 @@ struct Args {
   } seg[kMaxDenseSegments];
 };
 
+// 16 bytes of weights, streaming (`.cs`: evict first in L1 and L2; a weight byte is read once a
+// step): the read-only path as __ldg, without the 64-bit policy operand of `.L2::cache_hint`.
+__device__ __forceinline__ uint4 ldg_weight(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -67,7 +67,7 @@ __device__ __forceinline__ void load_block(const Args& a, const TileArgs& ta, in
     for (int j = 0; j < Chunks<WT>::kW; ++j) {  // 128 rows × 8 chunks
       const int ch = tid + kThreads * j, row = ch >> 3, q = ch & 7;
       const int64_t o = min(ta.o0 + row, ta.o_end - 1);
-      c.w[j] = __ldg(reinterpret_cast<const uint4*>(ta.w + o * a.in + kb * 128) + q);
+      c.w[j] = ldg_weight(reinterpret_cast<const uint4*>(ta.w + o * a.in + kb * 128) + q);
     }
 #pragma unroll
     for (int j = 0; j < Chunks<WT>::kX; ++j) {  // 64 rows × 8 chunks
@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_block(const Args& a, const TileArgs& ta, in
     for (int j = 0; j < Chunks<WT>::kW; ++j) {  // 128 rows × 16 chunks
       const int ch = tid + kThreads * j, row = ch >> 4, q = ch & 15;
       const int64_t o = min(ta.o0 + row, ta.o_end - 1);
-      c.w[j] = __ldg(reinterpret_cast<const uint4*>(ta.w + (o * a.in + kb * 128) * 2) + q);
+      c.w[j] = ldg_weight(reinterpret_cast<const uint4*>(ta.w + (o * a.in + kb * 128) * 2) + q);
     }
 #pragma unroll
     for (int j = 0; j < Chunks<WT>::kX; ++j) {  // 64 rows × 32 float4

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool lo = lo_flag[xt0 + kb] != 0;
     lo_on[s] = lo;
     mbar_expect_tx(full + s, (lo ? 3 : 2) * kTileBytes);
-    bulk_copy(st, wsrc + int64_t(kb) * kTileBytes, kTileBytes, full + s);
+    bulk_copy(st, wsrc + int64_t(kb) * kTileBytes, kTileBytes, full + s, kL2EvictFirst);
     bulk_copy(st + kTileBytes, hip + (xt0 + kb) * kTileBytes, kTileBytes, full + s);
     if (lo) bulk_copy(st + 2 * kTileBytes, lop + (xt0 + kb) * kTileBytes, kTileBytes, full + s);
   };

@@ -118,10 +118,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* st = sm + s * L::kStage;
         mbar_expect_tx(full + s, kWBytes);
         if constexpr (kFp8) {
-          tma_load_2d(st, wmap, kb * 128, int(ta.o0), full + s);
+          tma_load_2d(st, wmap, kb * 128, int(ta.o0), full + s, wgmma::kL2EvictFirst);
         } else {
-          tma_load_2d(st, wmap, kb * 256, int(ta.o0), full + s);
-          tma_load_2d(st + kBox, wmap, kb * 256 + 128, int(ta.o0), full + s);
+          tma_load_2d(st, wmap, kb * 256, int(ta.o0), full + s, wgmma::kL2EvictFirst);
+          tma_load_2d(st + kBox, wmap, kb * 256 + 128, int(ta.o0), full + s, wgmma::kL2EvictFirst);
         }
       };
       auto x_tiles = [&](int s, int kb) {

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int kb = chain_block32(n, kblocks);
     uint8_t* st = stages + s * kStageBytes;
     mbar_expect_tx(full + s, 2 * kTileBytes + kScaleBytes);
-    bulk_copy(st, wsrc + kb * kTileBytes, kTileBytes, full + s);
+    bulk_copy(st, wsrc + kb * kTileBytes, kTileBytes, full + s, kL2EvictFirst);
     bulk_copy(st + kTileBytes, xsrc + kb * kTileBytes, kTileBytes, full + s);
     bulk_copy(st + 2 * kTileBytes, ssrc + kb * kTile, kScaleBytes, full + s);
   };

@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
       const int first = nloc < kStages ? nloc : kStages;
       for (int n = 0; n < first; ++n) {
         mbar_expect_tx(full + n, kWBytes + L::kXRaw);
-        tma_load_2d(sm + n * L::kStage, wmap, chain_block32(base + n, kblocks) * 128, int(ta.o0), full + n);
+        tma_load_2d(sm + n * L::kStage, wmap, chain_block32(base + n, kblocks) * 128, int(ta.o0), full + n,
+                    wgmma::kL2EvictFirst);
       }
       pdl_wait();
       pdl_trigger();
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, Layout<NJ>::kMinBlocks)
         uint8_t* st = sm + s * L::kStage;
         mbar_wait(empty + s, uint32_t((n / kStages - 1) & 1));
         mbar_expect_tx(full + s, kWBytes + L::kXRaw);
-        tma_load_2d(st, wmap, kb * 128, int(ta.o0), full + s);
+        tma_load_2d(st, wmap, kb * 128, int(ta.o0), full + s, wgmma::kL2EvictFirst);
         tma_load_2d(st + kWBytes, &maps.x, kb * 128, int(ta.n0), full + s);
       }
     }

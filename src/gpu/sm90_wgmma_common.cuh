@@ -126,6 +126,23 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
+// The same with an L2 cache policy (`.L2::cache_hint`, e.g. kL2EvictFirst for a weight stream).
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+      "%4;\n" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+// L2 policies of `.L2::cache_hint`: the values `createpolicy.fractional.L2::evict_first.b64 p, 1.0`
+// and `… evict_normal …` give on sm_90 (constants: ptxas 13.0 can drop a createpolicy whose users
+// are copies; L2PolicyTest checks the values on the device). The linears' weight copies are
+// evict-first: a decode step reads each weight byte once, several times the L2 a layer, and should
+// not push out what the step reuses (code, activations, caches; docs/decode-step.md). Not on
+// cp.async: a cache-hinted cp.async traps with ptxas 13.0 (illegal instruction).
+constexpr uint64_t kL2EvictFirst = 0x12F0000000000000ull;
+constexpr uint64_t kL2EvictNormal = 0x16F0000000000000ull;
 
 // chain_order_block in 32-bit arithmetic without a loop: chains c < r have q + 1 blocks, the
 // others q (q = kblocks / 8, r = kblocks % 8); n < kblocks.
