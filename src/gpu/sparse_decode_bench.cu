@@ -179,12 +179,10 @@ void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, c
   CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < 8; ++i) {
     bench::l2_evicting_read(buf.get(), buf.size() * sizeof(uint4), sink.get(), s);
-    if (sweep) {
-      icache_sweep<1 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
-      icache_sweep<2 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
-      icache_sweep<3 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
-      icache_sweep<4 << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i));
-    }
+    if (sweep)  // four instantiations: four distinct ~65 KB bodies
+      [&]<int... k>(std::integer_sequence<int, k...>) {
+        ((icache_sweep<(k + 1) << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i))), ...);
+      }(std::make_integer_sequence<int, 4>{});
     before(i);
     call(i);
   }
@@ -254,7 +252,7 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   static const int q32_mode = dsv4::env_int("DSV4_BENCH_Q32", 0);
   const bool q32 = q32_mode != 0;
   const size_t q_per = size_t(rows) * heads * kHeadDim;  // one copy's query elements
-  auto q_copy = [&](int i) { return size_t(q32_mode == 2 ? 0 : i % kCopies); };  // call i's fp32 copy
+  auto q_copy = [&](int i) { return size_t(q32_mode == 2 ? 0 : i % kCopies); };  // call i's query copy
   DeviceBuffer<float> q_f32(q32 ? q.size() : 1);
   if (q32) widen_bf16<<<256, 256, 0, s>>>(q.get(), q_f32.get(), int64_t(q.size()));
   DeviceBuffer<float> sink(kHeads);
@@ -268,7 +266,7 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
     const int c = i % kCopies;
     SparseDecodeArgs a;
     if (q32) a.q_f32 = q_f32.get() + q_copy(i) * q_per;
-    else a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + size_t(c) * q_per;
+    else a.q = reinterpret_cast<const __nv_bfloat16*>(q.get()) + q_copy(i) * q_per;
     a.heads = heads;
     a.main_pool = pool;
     a.main_idx = d_mi.get() + size_t(c) * rows * main_len;
@@ -305,7 +303,9 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
   static const bool cold_code = dsv4::env_int("DSV4_BENCH_COLD_CODE", 0) != 0;
   if (cold_mb > 0)
     cold_calls(s, cold_mb, cold_code, bytes, peak, call, [&](int i) {  // fp32 queries: call i's copy rewritten
-      if (q32) widen_bf16<<<256, 256, 0, s>>>(q.get() + q_copy(i) * q_per, q_f32.get() + q_copy(i) * q_per, int64_t(q_per));
+      if (!q32) return;
+      const size_t off = q_copy(i) * q_per;
+      widen_bf16<<<256, 256, 0, s>>>(q.get() + off, q_f32.get() + off, int64_t(q_per));
     });
 }
 
