@@ -270,8 +270,9 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   p.hr = ws.hr_.get();
   p.out = a.out;
   const int grid = sm_count();
-  // Default: 16 warps × 2-stage rings from 8 tokens (H200: −9 % at T=8, −12 % at T=256 against
-  // 8 × 4), 8 × 4 below (equal at T=1, better on the shared expert alone; docs/moe-grouped.md).
+  // Default: 16 warps × 2-stage rings from 2 tokens (H200: −9 % at T=2 and T=4, −8 % at T=8,
+  // −12 % at T=256 against 8 × 4), 8 × 4 at T = 1 (−4 %: its 4-deep rings carry the shared
+  // expert's few items; docs/moe-grouped.md rounds 5 and 18).
   // From 3072 tokens: the wide kernels, chunks of 128 tokens (variant 9, sm90_moe_wide.cuh; H200,
   // T = 3072 / 4096 / 8192 against variant 8 — 8 × 4 with chunks of 32 tokens: 5485 / 5922 /
   // 11646 µs vs 7266 / 9415 / 18110). From 1024 to 3071: the same kernels with chunks of 64 tokens
@@ -288,7 +289,7 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   int variant = g_pipeline.load(std::memory_order_relaxed);
   if (variant == 0) variant = env_variant;
   if (variant == 0)
-    variant = p.T >= 3072 ? 9 : p.T >= 1024 ? 12 : p.T >= 8 ? 4 : 7;
+    variant = p.T >= 3072 ? 9 : p.T >= 1024 ? 12 : p.T >= 2 ? 4 : 7;
   // The chunk size the variant's gemm kernels were built for (variants 13–15, 8-token kernels,
   // once got the wide kernels' 128 here: their shared expert ran one chunk in 16 at T = 64).
   p.chunk_tokens = variant == 12                 ? moe4::kWideHalfN
