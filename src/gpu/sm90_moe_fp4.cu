@@ -272,10 +272,12 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   const int grid = sm_count();
   // Default: 16 warps × 2-stage rings from 2 tokens (H200: −9 % at T=2 and T=4, −8 % at T=8,
   // −12 % at T=256 against 8 × 4), 8 × 4 at T = 1 (−4 %: its 4-deep rings carry the shared
-  // expert's few items; docs/moe-grouped.md rounds 5 and 18).
+  // expert's few items; docs/moe-grouped.md rounds 5 and 18). From 640 to 895 tokens: 8 × 4 with
+  // chunks of 32 tokens (variant 8; H200, T = 640 / 768 uniform: 2081 / 2236 µs against 2635 /
+  // 2865 for 16 × 2, skewed 2454 / 2683 against 2406 / 2746; round 18). From 896: variant 12.
   // From 3072 tokens: the wide kernels, chunks of 128 tokens (variant 9, sm90_moe_wide.cuh; H200,
   // T = 3072 / 4096 / 8192 against variant 8 — 8 × 4 with chunks of 32 tokens: 5485 / 5922 /
-  // 11646 µs vs 7266 / 9415 / 18110). From 1024 to 3071: the same kernels with chunks of 64 tokens
+  // 11646 µs vs 7266 / 9415 / 18110). From 896 to 3071: the same kernels with chunks of 64 tokens
   // (variant 12, one column half; H200, nineteenth session, T = 1024 / 1536 / 2048: 2464 / 2654 /
   // 2870 µs against 2612 / 4095 / 5017 for variant 8 and 3559 / 3740 / 3926 for variant 9).
   // DSV4_MOE_VARIANT=v (A/B runs of the model): a variant with right results in place of the default.
@@ -289,7 +291,7 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   int variant = g_pipeline.load(std::memory_order_relaxed);
   if (variant == 0) variant = env_variant;
   if (variant == 0)
-    variant = p.T >= 3072 ? 9 : p.T >= 1024 ? 12 : p.T >= 2 ? 4 : 7;
+    variant = p.T >= 3072 ? 9 : p.T >= 896 ? 12 : p.T >= 640 ? 8 : p.T >= 2 ? 4 : 7;
   // The chunk size the variant's gemm kernels were built for (variants 13–15, 8-token kernels,
   // once got the wide kernels' 128 here: their shared expert ran one chunk in 16 at T = 64).
   p.chunk_tokens = variant == 12                 ? moe4::kWideHalfN
