@@ -3,6 +3,7 @@
 // definitions and the math of one stage). sm_90a only.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "gpu/sm90_moe_fp4.cuh"
@@ -147,6 +148,26 @@ __device__ __forceinline__ void prefetch_item_weights(const Params& p, int exper
   cp_commit();
 }
 
+// The expert of routed chunk r (counted after the shared ones) of a one-token call, or −1: the
+// token's distinct (clamped) expert ids in ascending order — the group kernel's chunk order, one
+// chunk per expert when k ≤ the chunk size. Read from ids before the grid dependency resolves: the router
+// that wrote them completed before the group launch passed its own pdl_wait and triggered this
+// grid (__ldcg: through L2).
+__device__ __forceinline__ int one_token_chunk_expert(const Params& p, int r) {
+  int e[kMaxTopK];  // the slots' experts, then INT_MAX
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) e[j] = j < p.k ? min(max(__ldcg(p.ids + j), 0), p.E - 1) : INT_MAX;
+  int prev = -1;  // the (step)-th smallest distinct expert
+  for (int step = 0; step <= r; ++step) {
+    int cur = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < kMaxTopK; ++j) cur = e[j] > prev ? min(cur, e[j]) : cur;
+    if (cur == INT_MAX) return -1;
+    prev = cur;
+  }
+  return prev;
+}
+
 // Phases 1 (kUp) and 2: persistent, kNw warps (kNw/4 warpgroups) per CTA, one CTA per SM;
 // global warpgroup j takes items j, j + G, … (G = all warpgroups); an item is (chunk, 4
 // consecutive row tiles), warp w of the warpgroup takes tile 4·(item's tile group) + w;
@@ -181,9 +202,16 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
     const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
     if constexpr (!diag_copies_weights(kDiag)) {
     } else if constexpr (kUp) {
-      if (p.has_shared && ci < shared_chunks(p.T, kN)) {
+      const int nsc = p.has_shared ? shared_chunks(p.T, kN) : 0;
+      if (ci < nsc) {
         prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, wsm, lane);
         w_pre = true;
+      } else if (p.T == 1 && p.k <= kN) {
+        const int expert = one_token_chunk_expert(p, ci - nsc);
+        if (expert >= 0) {
+          prefetch_item_weights<true, false, kNs>(p, expert, tile, wsm, lane);
+          w_pre = true;
+        }
       }
     } else if (ci < __ldcg(p.num_chunks)) {
       const int expert = __ldcg(&p.chunks[ci].expert);
