@@ -8,7 +8,8 @@
 // owning 32 keys of a block, with the next block's keys prefetched (cp.async, two smem stages)
 // while the current one is computed; a warp only reads its own key rows, so after the first
 // block the warps run decoupled (warp barriers only). The row's q (64 × 128 bf16) is staged in
-// smem once per CTA; the warp cp.asyncs its 32 keys (8 KB) into smem and computes the 32 keys × 64
+// smem once per CTA and each warp then holds its MMA B fragments in registers for the whole call;
+// the warp cp.asyncs its 32 keys (8 KB) into smem and computes the 32 keys × 64
 // heads dots with mma.sync m16n8k16 (A = keys, B = qᵀ, k = 128, fp32 accumulate;
 // FP4-simulated operands make these sums exact in practice). The per-head terms
 // bf16(ω_h · relu(bf16(dot))) are computed two heads at a time with bf16x2 instructions
@@ -35,6 +36,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/pdl.cuh"
@@ -122,6 +124,14 @@ __device__ __forceinline__ void load_warp_keys(const __nv_bfloat16* kbase0, int 
 // with kStages − 1 blocks in flight (cp.async ring, one commit group per block). A warp reads
 // only its own key rows (and the shared q), so after the first block (q) the warps run
 // decoupled: a warp barrier per block, no CTA barrier.
+//
+// kRegTiles (0 or 4; any 0..4 works): how many of q's 16-head MMA tiles each warp keeps in
+// registers (their B fragments: 4 registers per 16-K step, 32 per tile) for the whole call
+// instead of reading them from shared memory with ldmatrix for every block: q is 2/3 of the
+// scan's shared-memory reads (every warp reads all of q per block, 16 KB, beside its own 8 KB of
+// keys). Same MMAs in the same order: the same bits for every kRegTiles (214 registers at 4,
+// no spills; one CTA an SM either way).
+template <int kRegTiles>
 __global__ void __launch_bounds__(kScoreThreads, 1)
     score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
                  uint32_t* __restrict__ hist_out) {
@@ -158,11 +168,28 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
   const __nv_bfloat16* kbase = row_keys(a, r);
   const int step = int(gridDim.x);
   int b_issue = blockIdx.x;
+  if constexpr (kRegTiles > 0) cp_async_commit();  // q's own group: waited for before the first keys
   for (int s = 0; s < kStages - 1; ++s, b_issue += step) {
     if (b_issue < blocks)
       load_warp_keys(kbase, visible, b_issue * kKeysPerCta + warp * kKeysPerWarp,
                      sm.k[s] + warp * kKeysPerWarp * kRowS, lane);
     cp_async_commit();
+  }
+  // q's B fragments of tiles np < kRegTiles, 16-K step ks: qf[ks][np] (zeros past head_pairs).
+  uint32_t qf[kIndexDim / 16][kRegTiles > 0 ? kRegTiles : 1][4];
+  if constexpr (kRegTiles > 0) {
+    cp_async_wait<kStages - 1>();  // q (the oldest group) copied by this thread
+    __syncthreads();               // q, w and the zeroed histogram visible to every warp
+#pragma unroll
+    for (int ks = 0; ks < kIndexDim / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < kRegTiles; ++np) {
+        if (np < head_pairs)
+          ldmatrix_x4(qf[ks][np], sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + ks * 16 +
+                                      ((lane >> 3) & 1) * 8);
+        else
+          qf[ks][np][0] = qf[ks][np][1] = qf[ks][np][2] = qf[ks][np][3] = 0u;
+      }
   }
   const int64_t out_row = int64_t(r) * indexer_score_stride(a.max_visible);
   int stage = 0, stage_issue = kStages - 1;
@@ -173,7 +200,7 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
     cp_async_commit();
     stage_issue = stage_issue + 1 == kStages ? 0 : stage_issue + 1;
     cp_async_wait<kStages - 1>();  // block b (and q) copied by this thread
-    if (it == 0)
+    if (kRegTiles == 0 && it == 0)
       __syncthreads();  // q (first pass) and every lane's key rows of this stage are visible
     else
       __syncwarp();     // the warp's key rows of this stage are visible to all its lanes
@@ -191,8 +218,13 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
       for (int np = 0; np < 4; ++np) {
         if (np >= head_pairs) break;
         uint32_t bf[4];
-        ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
-                            ((lane >> 3) & 1) * 8);
+        if (np < kRegTiles) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) bf[i] = qf[k0 / 16][np < kRegTiles ? np : 0][i];
+        } else {
+          ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
+                              ((lane >> 3) & 1) * 8);
+        }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_bf16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
@@ -381,13 +413,23 @@ int scan_slices(int rows, int max_visible) {
   return std::min(blocks, std::max(1, device_sm_count() / rows));
 }
 
-void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {
+template <int kRegTiles>
+void launch_scan_as(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(ScoreSmem))));
+    CUDA_CHECK(cudaFuncSetAttribute(score_kernel<kRegTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(sizeof(ScoreSmem))));
   });
-  launch_pdl(score_kernel, dim3(unsigned(slices), unsigned(a.rows)), dim3(kScoreThreads), sizeof(ScoreSmem), stream, a,
-             keys, hist);
+  launch_pdl(score_kernel<kRegTiles>, dim3(unsigned(slices), unsigned(a.rows)), dim3(kScoreThreads),
+             sizeof(ScoreSmem), stream, a, keys, hist);
+}
+
+// The scan holds all of q in registers; DSV4_INDEXER_QREGS=0 reads it from shared memory per
+// block instead (the previous form, for A/B runs).
+void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {
+  static const bool q_regs = env_switch_on("DSV4_INDEXER_QREGS");
+  if (q_regs) launch_scan_as<4>(a, keys, hist, slices, stream);
+  else launch_scan_as<0>(a, keys, hist, slices, stream);
 }
 
 }  // namespace
