@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the named build binaries (paths under build/, e.g. dsv4 src/gpu/moe_grouped_test) into
 # data/devpack_slim/devbuild.tar.xz for a device call (carry data/devpack_slim); a binary named
-# NAME=PATH is packed under NAME (e.g. dsv4_old=/tmp/old/dsv4).
+# NAME=PATH is packed under NAME (e.g. dsv4_old=/tmp/old/dsv4). scripts/ab_pack.sh packs HEAD's
+# binaries beside the uncommitted change's this way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf /tmp/slim && mkdir -p /tmp/slim/devbuild/src/gpu
