@@ -120,18 +120,23 @@ __device__ __forceinline__ void load_warp_keys(const __nv_bfloat16* kbase0, int 
   }
 }
 
+// Lane's ldmatrix_x4 row address of q's B fragments (16-head tile np, 16-K step at k0) in the
+// smem q tile (rows of kRowS bf16).
+__device__ __forceinline__ const __nv_bfloat16* q_frag_addr(const __nv_bfloat16* q, int np, int k0, int lane) {
+  return q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 + ((lane >> 3) & 1) * 8;
+}
+
 // Grid (CTAs per row, rows); CTA x of row r scores blocks x, x + gridDim.x, ... of 256 keys
 // with kStages − 1 blocks in flight (cp.async ring, one commit group per block). A warp reads
 // only its own key rows (and the shared q), so after the first block (q) the warps run
 // decoupled: a warp barrier per block, no CTA barrier.
 //
-// kRegTiles (0 or 4; any 0..4 works): how many of q's 16-head MMA tiles each warp keeps in
-// registers (their B fragments: 4 registers per 16-K step, 32 per tile) for the whole call
-// instead of reading them from shared memory with ldmatrix for every block: q is 2/3 of the
-// scan's shared-memory reads (every warp reads all of q per block, 16 KB, beside its own 8 KB of
-// keys). Same MMAs in the same order: the same bits for every kRegTiles (214 registers at 4,
-// no spills; one CTA an SM either way).
-template <int kRegTiles>
+// kQRegs: each warp keeps q's MMA B fragments (4 registers per 16-head tile and 16-K step, 128
+// for 64 heads) in registers for the whole call instead of reading them from shared memory with
+// ldmatrix for every block: q is 2/3 of the scan's shared-memory reads (every warp reads all of
+// q per block, 16 KB, beside its own 8 KB of keys). Same MMAs on the same fragments in the same
+// order: the same bits either way (214 registers with kQRegs, no spills; one CTA an SM either way).
+template <bool kQRegs>
 __global__ void __launch_bounds__(kScoreThreads, 1)
     score_kernel(const __grid_constant__ IndexerArgs a, uint16_t* __restrict__ keys_out,
                  uint32_t* __restrict__ hist_out) {
@@ -168,28 +173,23 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
   const __nv_bfloat16* kbase = row_keys(a, r);
   const int step = int(gridDim.x);
   int b_issue = blockIdx.x;
-  if constexpr (kRegTiles > 0) cp_async_commit();  // q's own group: waited for before the first keys
+  if constexpr (kQRegs) cp_async_commit();  // q's own group: waited for before the first keys
   for (int s = 0; s < kStages - 1; ++s, b_issue += step) {
     if (b_issue < blocks)
       load_warp_keys(kbase, visible, b_issue * kKeysPerCta + warp * kKeysPerWarp,
                      sm.k[s] + warp * kKeysPerWarp * kRowS, lane);
     cp_async_commit();
   }
-  // q's B fragments of tiles np < kRegTiles, 16-K step ks: qf[ks][np] (zeros past head_pairs).
-  uint32_t qf[kIndexDim / 16][kRegTiles > 0 ? kRegTiles : 1][4];
-  if constexpr (kRegTiles > 0) {
+  // q's B fragments of 16-head tile np < head_pairs, 16-K step ks: qf[ks][np] (kQRegs only).
+  uint32_t qf[kIndexDim / 16][kQRegs ? 4 : 1][4];
+  if constexpr (kQRegs) {
     cp_async_wait<kStages - 1>();  // q (the oldest group) copied by this thread
     __syncthreads();               // q, w and the zeroed histogram visible to every warp
 #pragma unroll
     for (int ks = 0; ks < kIndexDim / 16; ++ks)
 #pragma unroll
-      for (int np = 0; np < kRegTiles; ++np) {
-        if (np < head_pairs)
-          ldmatrix_x4(qf[ks][np], sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + ks * 16 +
-                                      ((lane >> 3) & 1) * 8);
-        else
-          qf[ks][np][0] = qf[ks][np][1] = qf[ks][np][2] = qf[ks][np][3] = 0u;
-      }
+      for (int np = 0; np < 4; ++np)
+        if (np < head_pairs) ldmatrix_x4(qf[ks][np], q_frag_addr(sm.q, np, ks * 16, lane));
   }
   const int64_t out_row = int64_t(r) * indexer_score_stride(a.max_visible);
   int stage = 0, stage_issue = kStages - 1;
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
     cp_async_commit();
     stage_issue = stage_issue + 1 == kStages ? 0 : stage_issue + 1;
     cp_async_wait<kStages - 1>();  // block b (and q) copied by this thread
-    if (kRegTiles == 0 && it == 0)
+    if (!kQRegs && it == 0)
       __syncthreads();  // q (first pass) and every lane's key rows of this stage are visible
     else
       __syncwarp();     // the warp's key rows of this stage are visible to all its lanes
@@ -218,12 +218,11 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
       for (int np = 0; np < 4; ++np) {
         if (np >= head_pairs) break;
         uint32_t bf[4];
-        if (np < kRegTiles) {
+        if constexpr (kQRegs) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) bf[i] = qf[k0 / 16][np < kRegTiles ? np : 0][i];
+          for (int i = 0; i < 4; ++i) bf[i] = qf[k0 / 16][np][i];
         } else {
-          ldmatrix_x4(bf, sm.q + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kRowS + k0 +
-                              ((lane >> 3) & 1) * 8);
+          ldmatrix_x4(bf, q_frag_addr(sm.q, np, k0, lane));
         }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
@@ -413,14 +412,14 @@ int scan_slices(int rows, int max_visible) {
   return std::min(blocks, std::max(1, device_sm_count() / rows));
 }
 
-template <int kRegTiles>
+template <bool kQRegs>
 void launch_scan_as(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {
   static std::once_flag attr_set[kMaxDevices];  // cudaFuncSetAttribute is per device
   call_once_per_device(attr_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(score_kernel<kRegTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(score_kernel<kQRegs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(sizeof(ScoreSmem))));
   });
-  launch_pdl(score_kernel<kRegTiles>, dim3(unsigned(slices), unsigned(a.rows)), dim3(kScoreThreads),
+  launch_pdl(score_kernel<kQRegs>, dim3(unsigned(slices), unsigned(a.rows)), dim3(kScoreThreads),
              sizeof(ScoreSmem), stream, a, keys, hist);
 }
 
@@ -428,8 +427,8 @@ void launch_scan_as(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int sl
 // block instead (the previous form, for A/B runs).
 void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slices, cudaStream_t stream) {
   static const bool q_regs = env_switch_on("DSV4_INDEXER_QREGS");
-  if (q_regs) launch_scan_as<4>(a, keys, hist, slices, stream);
-  else launch_scan_as<0>(a, keys, hist, slices, stream);
+  if (q_regs) launch_scan_as<true>(a, keys, hist, slices, stream);
+  else launch_scan_as<false>(a, keys, hist, slices, stream);
 }
 
 }  // namespace
