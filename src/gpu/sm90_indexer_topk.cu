@@ -23,16 +23,11 @@
 // node and no global atomics; the selection sums a row's slices). (Measured and dropped, docs/attention-decode-rounds.md, round 3: a wgmma
 // m64n64k16 scan — 64 keys × 64 heads per warpgroup, both operands in smem, 1–4 warpgroups,
 // 3–8 stages — at 38–50% of HBM; 3 stages, and bulk L2 prefetches 2–4 blocks ahead: no gain.)
-// Kernel 2 (select): one CTA of 1024 threads per row. It sums the row's histogram slices (integer
-// counts: any order gives the same totals). From that high-byte histogram it finds the
-// bin holding the k-th largest key (a block scan over the 256 bins, threshold_bin), a second
-// pass histograms the low bytes inside that bin, giving the exact threshold key T and the number of ties at T to take. A third pass, in id
-// order (thread i owns the i-th contiguous id range), takes every key > T and the lowest-id
-// ties (block-wide exclusive scan of per-thread tie counts), then a bitonic sort orders the
-// 512 picks by (score desc, id asc) = cpu::select_topk.
+// Kernel 2 (select, sm90_indexer_select.cu): from the row's histogram slices, the exact k-th
+// largest key, the keys above it and the lowest-id ties at it, sorted by (score desc, id asc)
+// = cpu::select_topk.
 // Both kernels are PDL-launched (pdl.cuh: they wait for their predecessor before any read).
-// Bytes: 256 B per key read once; scores 2 B written once and read three times (L2-resident;
-// each select thread scans a contiguous id range with 16-byte loads).
+// Bytes: 256 B per key read once; scores 2 B written once and read by the selection (L2-resident).
 #include <algorithm>
 
 #include "base/check.h"
@@ -41,20 +36,16 @@
 #include "gpu/device_math.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/sm90_indexer_topk.h"
+#include "gpu/sm90_indexer_select.cuh"
 #include "gpu/sm90_sparse_decode.cuh"
 
 namespace dsv4::gpu::sm90 {
 namespace {
 
-constexpr int kSelectThreads = 1024;
 constexpr int kRowS = kIndexDim + 8;  // bf16 smem row stride (272 B: conflict-free ldmatrix)
 
 size_t keys_bytes(int rows, int max_visible) {
   return (size_t(rows) * size_t(indexer_score_stride(max_visible)) * 2 + 255) / 256 * 256;
-}
-
-__device__ __forceinline__ int row_visible(const IndexerArgs& a, int r) {
-  return a.visible != nullptr ? a.visible[r] : (a.pos[r] + 1) / a.ratio;
 }
 
 // Row r's keys [0, visible) (bf16 [*, 128]).
@@ -265,142 +256,6 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
   hist_slice[tid] = sm.hist[tid];
 }
 
-// The bin holding the K-th largest key: the largest b with above0 + Σ_{b' ≥ b} cnt[b'] ≥ K
-// (else 0), and *s_above = above0 + Σ_{b' > b} cnt[b'] — what the serial descending scan
-// `for (b = 255; b > 0 && above + cnt[b] < K; --b) above += cnt[b]` finds, computed by threads
-// 0..255 with a block scan (one parallel read of the counts instead of a dependent chain).
-// Every thread of the block calls it (barriers); above0 < K.
-__device__ void threshold_bin(const uint32_t* cnt, int above0, int K, int* scan, int* s_bin,
-                              int* s_above) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int b = 255 - tid;  // thread tid: bin 255 − tid (descending bins = ascending threads)
-  int v = 0, incl = 0;
-  if (tid < 256) {
-    v = int(cnt[b]);
-    incl = v;
-    for (int off = 1; off < 32; off <<= 1) {
-      const int u = __shfl_up_sync(~0u, incl, off);
-      if (lane >= off) incl += u;
-    }
-    if (lane == 31) scan[warp] = incl;
-  }
-  __syncthreads();
-  if (tid < 256) {
-    for (int i = 0; i < warp; ++i) incl += scan[i];
-    const int excl = incl - v;  // Σ bins > b
-    const bool here = above0 + incl >= K, before = above0 + excl >= K;  // before: bin b+1's test
-    if ((here && !before) || (b == 0 && !before)) {
-      *s_bin = b;
-      *s_above = above0 + excl;
-    }
-  }
-  __syncthreads();
-}
-
-__device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
-  return (uint64_t(key) << 32) | uint64_t(0xffffffffu - uint32_t(id));
-}
-
-__global__ void __launch_bounds__(kSelectThreads)
-    select_kernel(const __grid_constant__ IndexerArgs a, const uint16_t* __restrict__ keys_in,
-                  const uint32_t* __restrict__ hist_in, int slices) {
-  __shared__ uint64_t sel[kIndexTopk];
-  __shared__ uint32_t hist1[256], hist2[256];
-  __shared__ int warp_tot[kSelectThreads / 32];
-  __shared__ int s_nsel, s_thresh, s_need;
-  pdl_wait();  // the score kernel's keys and histogram
-  pdl_trigger();
-  const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int visible = row_visible(a, r), K = a.k;
-  const uint16_t* keys = keys_in + int64_t(r) * indexer_score_stride(a.max_visible);
-  const int take = visible < K ? visible : K;
-  for (int i = tid; i < kIndexTopk; i += kSelectThreads) sel[i] = 0;
-  if (tid < 256) {
-    hist2[tid] = 0;
-    uint32_t n = 0;  // the row's score CTAs' slices (bin tid)
-    for (int sl = 0; sl < slices; ++sl) n += hist_in[(int64_t(r) * slices + sl) * 256 + tid];
-    hist1[tid] = n;
-  }
-  if (tid == 0) s_nsel = 0;
-  __syncthreads();
-  if (visible <= K) {
-    for (int w = tid; w < visible; w += kSelectThreads) sel[w] = composite(keys[w], w);
-  } else {
-    // Threshold bin of the high byte, then of the low byte inside it.
-    __shared__ int s_b1, s_above, scan[8];
-    threshold_bin(hist1, 0, K, scan, &s_b1, &s_above);
-    const int b1 = s_b1;
-    // Thread tid owns ids [c0, c1) (multiples of 8: 16-byte loads, id order across threads).
-    const int per = (visible + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
-    const int c0 = min(visible, tid * per), c1 = min(visible, c0 + per);
-    auto for_keys = [&](auto&& fn) {
-      int w = c0;
-#pragma unroll 4
-      for (; w + 8 <= c1; w += 8) {
-        const uint4 v = *reinterpret_cast<const uint4*>(keys + w);
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) fn(w + i, int((u[i >> 1] >> (16 * (i & 1))) & 0xffffu));
-      }
-      for (; w < c1; ++w) fn(w, int(keys[w]));
-    };
-    for_keys([&](int, int k) {
-      if ((k >> 8) == b1) atomicAdd(&hist2[k & 255], 1u);
-    });
-    __syncthreads();
-    __shared__ int s_b2, s_above2;
-    threshold_bin(hist2, s_above, K, scan, &s_b2, &s_above2);
-    if (tid == 0) {
-      s_thresh = (b1 << 8) | s_b2;
-      s_need = K - s_above2;  // ties at the threshold to take, lowest ids first
-    }
-    __syncthreads();
-    const int thresh = s_thresh, need = s_need;
-    int my_ties = 0;
-    for_keys([&](int w, int k) {
-      if (k > thresh) sel[atomicAdd(&s_nsel, 1)] = composite(uint16_t(k), w);
-      my_ties += k == thresh;
-    });
-    // Exclusive prefix of tie counts over threads (= id order).
-    int incl = my_ties;
-    for (int off = 1; off < 32; off <<= 1) {
-      const int v = __shfl_up_sync(~0u, incl, off);
-      if (lane >= off) incl += v;
-    }
-    if (lane == 31) warp_tot[warp] = incl;
-    __syncthreads();
-    int rank = incl - my_ties;
-    for (int i = 0; i < warp; ++i) rank += warp_tot[i];
-    if (rank < need && my_ties > 0)
-      for_keys([&](int w, int k) {
-        if (k == thresh && rank < need) {
-          sel[atomicAdd(&s_nsel, 1)] = composite(uint16_t(k), w);
-          ++rank;
-        }
-      });
-  }
-  __syncthreads();
-  // Bitonic sort of 512 composites, descending.
-  for (int size = 2; size <= kIndexTopk; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      if (tid < kIndexTopk / 2) {
-        const int i = 2 * tid - (tid & (stride - 1)), j = i + stride;
-        const bool desc = (i & size) == 0;
-        const uint64_t x = sel[i], y = sel[j];
-        if ((x < y) == desc) {
-          sel[i] = y;
-          sel[j] = x;
-        }
-      }
-      __syncthreads();
-    }
-  }
-  for (int i = tid; i < K; i += kSelectThreads)
-    a.topk[int64_t(r) * K + i] =
-        i < take ? int32_t(0xffffffffu - uint32_t(sel[i] & 0xffffffffu)) : -1;
-  if (tid == 0) a.count[r] = take;
-}
-
 }  // namespace
 
 namespace {
@@ -431,14 +286,7 @@ void launch_scan(const IndexerArgs& a, uint16_t* keys, uint32_t* hist, int slice
   else launch_scan_as<false>(a, keys, hist, slices, stream);
 }
 
-}  // namespace
-
-size_t indexer_workspace_bytes(int rows, int max_visible) {
-  return keys_bytes(rows, max_visible) + size_t(rows) * size_t(std::max(scan_slices(rows, max_visible), 0)) * 256 *
-                                             sizeof(uint32_t);
-}
-
-void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
+void indexer_topk_impl(const IndexerArgs& a, void* workspace, long long* probe, cudaStream_t stream) {
   if (a.rows == 0) return;
   DSV4_CHECK(a.rows <= 65535, "too many indexer rows: ", a.rows);
   DSV4_CHECK(a.heads >= 8 && a.heads <= kIndexHeads && a.heads % 8 == 0, "indexer: ", a.heads,
@@ -453,8 +301,23 @@ void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
   const int slices = a.max_visible > 0 ? scan_slices(a.rows, a.max_visible) : 0;
   if (slices > 0) launch_scan(a, keys, hist, slices, stream);
   if (a.scores_only) return;
-  launch_pdl(select_kernel, dim3(unsigned(a.rows)), dim3(kSelectThreads), 0, stream, a,
-             static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(hist), slices);
+  launch_indexer_select(a, keys, hist, slices, probe, stream);
+}
+
+}  // namespace
+
+size_t indexer_workspace_bytes(int rows, int max_visible) {
+  return keys_bytes(rows, max_visible) + size_t(rows) * size_t(std::max(scan_slices(rows, max_visible), 0)) * 256 *
+                                             sizeof(uint32_t);
+}
+
+void indexer_topk(const IndexerArgs& a, void* workspace, cudaStream_t stream) {
+  indexer_topk_impl(a, workspace, nullptr, stream);
+}
+
+void indexer_topk_probe(const IndexerArgs& a, void* workspace, long long* probe, cudaStream_t stream) {
+  DSV4_CHECK(probe != nullptr && !a.scores_only, "indexer_topk_probe: no probe buffer or no selection");
+  indexer_topk_impl(a, workspace, probe, stream);
 }
 
 }  // namespace dsv4::gpu::sm90

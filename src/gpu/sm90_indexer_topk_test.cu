@@ -3,7 +3,7 @@
 // device. The scores must match cpu::index_scores on all but ≤ 0.1% of keys (tensor-core dots sum
 // in another order; with FP4-simulated operands they are exact in practice) for 8 and 64 heads,
 // top-4 and top-512, and the selection must equal select_topk of the GPU scores exactly (ties →
-// lower id).
+// lower id); rows of up to 262,144 keys (1M tokens) for the selection alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +181,92 @@ INSTANTIATE_TEST_SUITE_P(Cases,
                                            IndexerCase{"decode_h8_top512", 8, 512, true},
                                            IndexerCase{"prefill_h64_top512", 64, 512, 2},
                                            IndexerCase{"prefill_h8_top4", 8, 4, 2}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Long rows (up to a 1M-token context's 262,144 keys), the selection alone: the selection must
+// equal select_topk of the GPU's own scores exactly. 6 rows give the selection 8 CTAs a row
+// (every key of a CTA in registers); 48 rows give it 2, so the longest row's threads re-read
+// their 128 keys per pass. One row reads a region of 16 keys repeated (ties at the threshold
+// across every CTA of its row).
+struct LongRowsCase {
+  const char* name;
+  int rows, k;
+};
+
+class Sm90IndexerLongRows : public ::testing::TestWithParam<LongRowsCase> {};
+
+TEST_P(Sm90IndexerLongRows, SelectionIsExact) {
+  SKIP_WITHOUT_GPU();
+  const LongRowsCase c = GetParam();
+  constexpr int kHeads = 8, kRandomKeys = 262144, kTieKeys = 65536;
+  std::mt19937 rng(7 + c.rows + c.k);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(size_t(kRandomKeys + kTieKeys) * kIndexDim);
+  for (size_t i = 0; i < size_t(kRandomKeys) * kIndexDim; ++i) keys[i] = round_bf16(nd(rng));
+  for (int e = 0; e < kTieKeys; ++e)
+    std::copy_n(&keys[size_t(e % 16) * kIndexDim], kIndexDim, &keys[size_t(kRandomKeys + e) * kIndexDim]);
+  for (size_t i = 0; i < keys.size(); i += 32) numerics::simulate_q4(std::span(&keys[i], 32), 32);
+  std::vector<int32_t> visible(c.rows);
+  std::vector<int64_t> base(c.rows);
+  for (int r = 0; r < c.rows; ++r) {
+    visible[r] = r == 0 ? kRandomKeys : r == 1 ? kTieKeys : int(600 + rng() % 140000);
+    base[r] = r == 1 ? kRandomKeys : r == 0 ? 0 : int64_t(rng() % (kRandomKeys - visible[r]));
+  }
+  std::vector<float> q(size_t(c.rows) * kHeads * kIndexDim), w(size_t(c.rows) * kHeads);
+  for (float& v : q) v = round_bf16(nd(rng));
+  for (size_t i = 0; i < q.size(); i += 32) numerics::simulate_q4(std::span(&q[i], 32), 32);
+  for (float& v : w) v = round_bf16(nd(rng) * 0.03f);
+  DeviceBuffer<uint16_t> d_keys, d_q;
+  d_keys.upload(to_bf16_bits(keys));
+  d_q.upload(to_bf16_bits(q));
+  DeviceBuffer<float> d_w;
+  d_w.upload(w);
+  DeviceBuffer<int64_t> d_base;
+  d_base.upload(base);
+  DeviceBuffer<int32_t> d_vis, d_topk(size_t(c.rows) * c.k), d_count(c.rows);
+  d_vis.upload(visible);
+  const int max_visible = *std::max_element(visible.begin(), visible.end());
+  DeviceBuffer<uint8_t> work(indexer_workspace_bytes(c.rows, max_visible));
+  IndexerArgs a;
+  a.heads = kHeads;
+  a.q = reinterpret_cast<const __nv_bfloat16*>(d_q.get());
+  a.weights = d_w.get();
+  a.keys = reinterpret_cast<const __nv_bfloat16*>(d_keys.get());
+  a.key_base = d_base.get();
+  a.visible = d_vis.get();
+  a.rows = c.rows;
+  a.max_visible = max_visible;
+  a.k = c.k;
+  a.topk = d_topk.get();
+  a.count = d_count.get();
+  indexer_topk(a, work.get(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int32_t> topk = d_topk.download(), count = d_count.download();
+  std::vector<uint16_t> score_keys(work.size() / 2);
+  CUDA_CHECK(cudaMemcpy(score_keys.data(), work.get(), score_keys.size() * 2, cudaMemcpyDeviceToHost));
+  int64_t tied_picks = 0;
+  for (int r = 0; r < c.rows; ++r) {
+    const uint16_t* sk = indexer_score_keys(score_keys.data(), r, max_visible);
+    std::vector<float> gpu(visible[r]);
+    for (int i = 0; i < visible[r]; ++i) gpu[i] = numerics::bf16_bits_to_float(score_from_key(sk[i]));
+    const std::vector<int32_t> want = cpu::select_topk(gpu, c.k);
+    const int take = int(want.size());
+    ASSERT_EQ(count[r], take) << "row " << r;
+    std::vector<int32_t> got(topk.begin() + size_t(r) * c.k, topk.begin() + size_t(r) * c.k + take);
+    EXPECT_EQ(got, want) << "row " << r << " visible " << visible[r];
+    for (int i = take; i < c.k; ++i) EXPECT_EQ(topk[size_t(r) * c.k + i], -1) << "row " << r;
+    if (r == 1)
+      for (int32_t id : want) tied_picks += gpu[id] == gpu[want.back()];
+  }
+  std::printf("[%s] %d rows, longest %d keys; tie row: %lld picks at the threshold score\n", c.name, c.rows,
+              max_visible, (long long)tied_picks);
+  EXPECT_GT(tied_picks, 1);  // the tie row does tie at its threshold
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases,
+                         Sm90IndexerLongRows,
+                         ::testing::Values(LongRowsCase{"rows6_top512", 6, 512}, LongRowsCase{"rows6_top37", 6, 37},
+                                           LongRowsCase{"rows48_top512", 48, 512}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -14,7 +14,8 @@
 // "probe" lines (cluster plans of the main rows): the per-phase profile of one call from the
 // probe instantiation (sparse_decode_probe): first tile's ids, its data, dequant, QK, softmax,
 // P·V, loop end, first cluster barrier, merge weights, merged output, last barrier.
-// Usage: gpu_sparse_decode_bench [indexer | decode | ws]   (indexer: only the indexer rows;
+// Usage: gpu_sparse_decode_bench [indexer [probe] | decode | ws]   (indexer: only the indexer rows,
+// probe: with the selection's phase stamps after each +topk row;
 // decode: only the automatic-plan attention rows at B = 1 and 8; ws: the many-row attention rows,
 // mma.sync against the warp-specialized kernel, same plan otherwise)
 #include <cooperative_groups.h>
@@ -339,8 +340,25 @@ void floor_case(cudaStream_t s, int ctas, int cluster) {
               ctas, cluster, int(pdl_enabled()), st.med, st.lo, st.hi);
 }
 
+// The median over rows and calls of each selection phase's stamp (indexer_topk_probe), in µs at
+// the SM clock: one "select probe" line.
+void print_select_probe(const std::vector<long long>& stamps, int rows, int calls) {
+  int khz = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  std::printf("  select probe (us since entry, median of %d rows x %d calls; clock %d MHz):", rows, calls, khz / 1000);
+  static const char* names[] = {"dep", "hist", "bin1", "hist2", "thresh", "picks", "ties", "sort", "out"};
+  for (int i = 0; i < 9; ++i) {
+    std::vector<long long> v;
+    for (int c = 0; c < calls; ++c)
+      for (int r = 0; r < rows; ++r) v.push_back(stamps[(size_t(c) * rows + r) * kSelectProbeSlots + i]);
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    std::printf(" %s %.2f", names[i], double(v[v.size() / 2]) / (khz / 1000.0));
+  }
+  std::printf("\n");
+}
+
 void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, int ctx,
-                  bool scores_only) {
+                  bool scores_only, bool probe = false) {
   const PdlScope pdl(rows <= kPdlMaxRows);
   const int visible = ctx / 4;
   DeviceBuffer<uint16_t> q(size_t(rows) * kIndexHeads * kIndexDim);
@@ -360,7 +378,8 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
   DeviceBuffer<int32_t> vis, topk(size_t(rows) * kIndexTopk), count(rows);
   vis.upload(std::vector<int32_t>(rows, visible));
   DeviceBuffer<uint8_t> work(indexer_workspace_bytes(rows, visible));
-  auto call = [&](int i) {
+  DeviceBuffer<long long> stamps(size_t(rows) * kSelectProbeSlots);
+  auto call = [&](int i, bool with_probe = false) {
     IndexerArgs a;
     a.q = reinterpret_cast<const __nv_bfloat16*>(q.get());
     a.weights = w.get();
@@ -372,7 +391,8 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
     a.topk = topk.get();
     a.count = count.get();
     a.scores_only = scores_only;
-    indexer_topk(a, work.get(), s);
+    if (with_probe) indexer_topk_probe(a, work.get(), stamps.get(), s);
+    else indexer_topk(a, work.get(), s);
   };
   call(0);
   CUDA_CHECK(cudaStreamSynchronize(s));
@@ -382,14 +402,25 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
               "%7.0f GB/s %5.1f%%\n",
               scores_only ? "(scan)  " : "(+topk) ", rows, ctx, visible, int(pdl_enabled()), st.med, st.lo, st.hi,
               bytes / 1e6, bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak);
+  if (!probe || scores_only) return;
+  constexpr int kCalls = 9;
+  std::vector<long long> all;
+  for (int c = 0; c < kCalls; ++c) {
+    call(c, true);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<long long> one = stamps.download();
+    all.insert(all.end(), one.begin(), one.end());
+  }
+  print_select_probe(all, rows, kCalls);
 }
 
 // The indexer rows: 8K / 128K / 1M context, B = 1, 8, 16, 64; the scan, then scan + top-k.
-void indexer_rows(cudaStream_t s, const uint16_t* keys, double peak) {
+// probe: each +topk row is followed by its selection's phase stamps.
+void indexer_rows(cudaStream_t s, const uint16_t* keys, double peak, bool probe = false) {
   std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
   for (int ctx : {8192, 131072, 1 << 20})
     for (int b : {1, 8, 16, 64})
-      for (bool so : {true, false}) indexer_case(s, keys, peak, b, ctx, so);
+      for (bool so : {true, false}) indexer_case(s, keys, peak, b, ctx, so, probe);
 }
 
 }  // namespace
@@ -438,8 +469,8 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
-  if (argc > 1 && std::string(argv[1]) == "indexer") {
-    indexer_rows(s, keys.get(), peak);
+  if (argc > 1 && std::string(argv[1]) == "indexer") {  // indexer [probe]
+    indexer_rows(s, keys.get(), peak, argc > 2 && std::string(argv[2]) == "probe");
     CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
