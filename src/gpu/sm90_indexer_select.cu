@@ -12,13 +12,14 @@
 // cluster kernel (default): a row's ids are split into C contiguous ranges over a cluster of C
 // CTAs (C = 1..8, about kSelectKeysPerCta keys a CTA, at most SMs / rows), each of 1024 threads
 // owning a contiguous id range (id order across threads and ranks) whose keys (up to 32) it keeps
-// in registers: one read of the keys instead of three. The ranks' low-byte histograms and their
-// counts of keys above / at T are exchanged through distributed shared memory; every rank stores
-// its picks straight into rank 0's list at positions given by those counts (keys above T first,
-// ties after them in id order), and rank 0 sorts (warp shuffles for strides < 32, shared memory
-// for the 10 steps above) and writes the row. DSV4_INDEXER_SELECT=1: the one-CTA kernel (rank =
-// row, keys re-read from L2 by each pass, picks appended by a shared counter, the sort a
-// barrier a step), for A/B runs.
+// in registers: one read of the keys instead of three. Each rank sums a share of the histogram
+// slices; those sums, the ranks' low-byte histograms and their counts of keys above / at T are
+// exchanged through distributed shared memory. Every rank stores its picks straight into rank
+// 0's list at positions given by those counts (keys above T first, ties after them in id
+// order), and rank 0 sorts (warp shuffles for strides < 32, shared memory for the 10 steps
+// above) and writes the row. DSV4_INDEXER_SELECT=1: the one-CTA kernel (rank = row, keys re-read
+// from L2 by each pass, picks appended by a shared counter, the sort a barrier a step), for A/B
+// runs.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
   const long long t0 = kProbe ? clock64() : 0;
   __shared__ uint64_t sel[kIndexTopk], sel_x[kIndexTopk];  // rank 0: the row's picks; the sort's 2nd buffer
   __shared__ uint32_t part[4][256];                        // slice sums, a quarter of the slices each
-  __shared__ uint32_t hist1[256], hist2[256], hist2_all[256];
+  __shared__ uint32_t hist1_rank[256], hist1[256], hist2[256], hist2_all[256];
   __shared__ int warp_tot[2][kSelectThreads / 32];
   __shared__ int s_counts[2];  // this rank's keys above T and at T (read by the later ranks)
   __shared__ int s_b1, s_above, s_b2, s_above2, scan[8];
@@ -231,16 +232,23 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
     if (rank == 0)
       for (int w = tid; w < visible; w += kSelectThreads) sel[w] = composite(keys[w], w);
   } else {
-    {  // the row's high-byte histogram: bin tid % 256 over slices tid / 256, +4, ...
+    {  // the row's high-byte histogram: rank c, thread t sums bin t % 256 of slices
+       // c + C·(t / 256 + 4j); the ranks' sums are then added through DSMEM
       const int bin = tid & 255, q = tid >> 8;
       uint32_t n = 0;
 #pragma unroll 4
-      for (int sl = q; sl < slices; sl += 4) n += hist_in[(int64_t(r) * slices + sl) * 256 + bin];
+      for (int sl = rank + C * q; sl < slices; sl += 4 * C) n += __ldg(hist_in + (int64_t(r) * slices + sl) * 256 + bin);
       part[q][bin] = n;
     }
     if (tid < 256) hist2[tid] = 0;
     __syncthreads();
-    if (tid < 256) hist1[tid] = part[0][tid] + part[1][tid] + part[2][tid] + part[3][tid];
+    if (tid < 256) hist1_rank[tid] = part[0][tid] + part[1][tid] + part[2][tid] + part[3][tid];
+    cluster.sync();  // every rank's share of the slices
+    if (tid < 256) {
+      uint32_t n = 0;
+      for (int q = 0; q < C; ++q) n += cluster.map_shared_rank(hist1_rank, q)[tid];
+      hist1[tid] = n;
+    }
     __syncthreads();
     select_mark<kProbe>(stamps, 1, t0);
     threshold_bin(hist1, 0, K, scan, &s_b1, &s_above);
