@@ -9,17 +9,20 @@
 // the number `need` of ties at T to take; then every key > T and the `need` lowest-id keys at T;
 // a bitonic sort orders the ≤ 512 picks by the composite (key << 32 | ~id), descending.
 //
-// cluster kernel (default): a row's ids are split into C contiguous ranges over a cluster of C
-// CTAs (C = 1..8, about kSelectKeysPerCta keys a CTA, at most SMs / rows), each of 1024 threads
-// owning a contiguous id range (id order across threads and ranks) whose keys (up to 32) it keeps
-// in registers: one read of the keys instead of three. Each rank sums a share of the histogram
+// One-CTA kernel (the default): CTA r = row r, 1024 threads, thread i owning the i-th contiguous
+// id range; each pass re-reads the row's keys from L2, picks are appended through a shared
+// counter, the sort takes a CTA barrier a step.
+//
+// Cluster kernel (DSV4_INDEXER_SELECT_CLUSTER=1; not yet measured on a device, so not the
+// default): a row's ids are split into C contiguous ranges over a cluster of C CTAs (C = 1..8,
+// about kSelectKeysPerCta keys a CTA, at most SMs / rows), each of 1024 threads owning a
+// contiguous id range (id order across threads and ranks) whose keys (up to 32) it keeps in
+// registers: one read of the keys instead of three. Each rank sums a share of the histogram
 // slices; those sums, the ranks' low-byte histograms and their counts of keys above / at T are
 // exchanged through distributed shared memory. Every rank stores its picks straight into rank
 // 0's list at positions given by those counts (keys above T first, ties after them in id
 // order), and rank 0 sorts (warp shuffles for strides < 32, shared memory for the 10 steps
-// above) and writes the row. DSV4_INDEXER_SELECT=1: the one-CTA kernel (rank = row, keys re-read
-// from L2 by each pass, picks appended by a shared counter, the sort a barrier a step), for A/B
-// runs.
+// above) and writes the row. Both give the same output (sm90_indexer_topk_test.cu).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -90,7 +93,7 @@ __device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
   return (uint64_t(key) << 32) | uint64_t(0xffffffffu - uint32_t(id));
 }
 
-// The one-CTA kernel (DSV4_INDEXER_SELECT=1): CTA r = row r.
+// The one-CTA kernel: CTA r = row r.
 template <bool kProbe>
 __global__ void __launch_bounds__(kSelectThreads, 1)
     select_kernel(const __grid_constant__ IndexerArgs a, const uint16_t* __restrict__ keys_in,
@@ -388,8 +391,8 @@ int select_cluster(int rows, int max_visible) {
 template <bool kProbe>
 void launch_select_as(const IndexerArgs& a, const uint16_t* keys, const uint32_t* hist, int slices,
                       long long* probe, cudaStream_t stream) {
-  static const bool one_cta = env_int("DSV4_INDEXER_SELECT", 0) == 1;
-  if (one_cta) {
+  static const bool cluster = env_int("DSV4_INDEXER_SELECT_CLUSTER", 0) == 1;
+  if (!cluster) {
     launch_pdl(select_kernel<kProbe>, dim3(unsigned(a.rows)), dim3(kSelectThreads), 0, stream, a, keys, hist,
                slices, probe);
     return;
