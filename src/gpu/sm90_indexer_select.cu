@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
       const int bin = tid & 255, q = tid >> 8;
       uint32_t n = 0;
 #pragma unroll 4
-      for (int sl = rank + C * q; sl < slices; sl += 4 * C) n += __ldg(hist_in + (int64_t(r) * slices + sl) * 256 + bin);
+      for (int sl = rank + C * q; sl < slices; sl += 4 * C) n += hist_in[(int64_t(r) * slices + sl) * 256 + bin];
       part[q][bin] = n;
     }
     if (tid < 256) hist2[tid] = 0;
