@@ -236,6 +236,18 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
     if (rank == 0)
       for (int w = tid; w < visible; w += kSelectThreads) sel[w] = composite(keys[w], w);
   } else {
+    // This rank's ids [lo, hi) and this thread's [c0, c1) (multiples of 8 but at the row's end).
+    const int span = (visible + 8 * C - 1) / (8 * C) * 8;
+    const int lo = min(visible, rank * span), hi = min(visible, lo + span);
+    const int per = (hi - lo + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
+    const int c0 = min(hi, lo + tid * per), c1 = min(hi, c0 + per);
+    // Up to 32 keys in registers (the last group may read past `visible`, inside the row's
+    // stride; those keys are never used), loaded first so that they fly during the histogram.
+    const bool cached = per <= 8 * kCachedGroups;
+    uint4 cache[kCachedGroups];
+#pragma unroll
+    for (int i = 0; i < kCachedGroups; ++i)
+      cache[i] = cached && c0 + 8 * i < c1 ? *reinterpret_cast<const uint4*>(keys + c0 + 8 * i) : make_uint4(0, 0, 0, 0);
     {  // the row's high-byte histogram: rank c, thread t sums bin t % 256 of slices
        // c + C·(t / 256 + 4j); the ranks' sums are then added through DSMEM
       const int bin = tid & 255, q = tid >> 8;
@@ -258,18 +270,6 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
     threshold_bin(hist1, 0, K, scan, &s_b1, &s_above);
     select_mark<kProbe>(stamps, 2, t0);
     const int b1 = s_b1;
-    // This rank's ids [lo, hi) and this thread's [c0, c1) (multiples of 8 but at the row's end).
-    const int span = (visible + 8 * C - 1) / (8 * C) * 8;
-    const int lo = min(visible, rank * span), hi = min(visible, lo + span);
-    const int per = (hi - lo + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
-    const int c0 = min(hi, lo + tid * per), c1 = min(hi, c0 + per);
-    // Up to 32 keys in registers (the last group may read past `visible`, inside the row's
-    // stride; those keys are never used).
-    const bool cached = per <= 8 * kCachedGroups;
-    uint4 cache[kCachedGroups];
-#pragma unroll
-    for (int i = 0; i < kCachedGroups; ++i)
-      cache[i] = cached && c0 + 8 * i < c1 ? *reinterpret_cast<const uint4*>(keys + c0 + 8 * i) : make_uint4(0, 0, 0, 0);
     auto for_keys = [&](auto&& fn) {  // fn(id, key) over [c0, c1) in id order
       if (cached) {
 #pragma unroll
