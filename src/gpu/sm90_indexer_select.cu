@@ -93,6 +93,21 @@ __device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
   return (uint64_t(key) << 32) | uint64_t(0xffffffffu - uint32_t(id));
 }
 
+// fn(id, key) for the keys of ids [c0, c1) in id order, read from L2 (16-byte loads; c0 a
+// multiple of 8).
+template <typename Fn>
+__device__ __forceinline__ void for_keys_l2(const uint16_t* keys, int c0, int c1, Fn&& fn) {
+  int w = c0;
+#pragma unroll 4
+  for (; w + 8 <= c1; w += 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(keys + w);
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) fn(w + i, int((u[i >> 1] >> (16 * (i & 1))) & 0xffffu));
+  }
+  for (; w < c1; ++w) fn(w, int(keys[w]));
+}
+
 // The one-CTA kernel: CTA r = row r. (Its probe instantiation spills a few bytes at the
 // 32 registers ptxas picks for it: the stamps are a few % high.)
 template <bool kProbe>
@@ -133,17 +148,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     // Thread tid owns ids [c0, c1) (multiples of 8: 16-byte loads, id order across threads).
     const int per = (visible + 8 * kSelectThreads - 1) / (8 * kSelectThreads) * 8;
     const int c0 = min(visible, tid * per), c1 = min(visible, c0 + per);
-    auto for_keys = [&](auto&& fn) {
-      int w = c0;
-#pragma unroll 4
-      for (; w + 8 <= c1; w += 8) {
-        const uint4 v = *reinterpret_cast<const uint4*>(keys + w);
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) fn(w + i, int((u[i >> 1] >> (16 * (i & 1))) & 0xffffu));
-      }
-      for (; w < c1; ++w) fn(w, int(keys[w]));
-    };
+    auto for_keys = [&](auto&& fn) { for_keys_l2(keys, c0, c1, fn); };
     for_keys([&](int, int k) {
       if ((k >> 8) == b1) atomicAdd(&hist2[k & 255], 1u);
     });
@@ -280,15 +285,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
           if (c0 + j < c1) fn(c0 + j, int((u >> (16 * (j & 1))) & 0xffffu));
         }
       } else {
-        int w = c0;
-#pragma unroll 4
-        for (; w + 8 <= c1; w += 8) {
-          const uint4 v = *reinterpret_cast<const uint4*>(keys + w);
-          const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int i = 0; i < 8; ++i) fn(w + i, int((u[i >> 1] >> (16 * (i & 1))) & 0xffffu));
-        }
-        for (; w < c1; ++w) fn(w, int(keys[w]));
+        for_keys_l2(keys, c0, c1, fn);
       }
     };
     for_keys([&](int, int k) {
