@@ -186,8 +186,9 @@ INSTANTIATE_TEST_SUITE_P(Cases,
 // Long rows (up to a 1M-token context's 262,144 keys), the selection alone: the selection must
 // equal select_topk of the GPU's own scores exactly. 6 rows give the selection 8 CTAs a row
 // (every key of a CTA in registers); 48 rows give it 2, so the longest row's threads re-read
-// their 128 keys per pass. One row reads a region of 16 keys repeated (ties at the threshold
-// across every CTA of its row).
+// their 128 keys per pass. One row reads a region of 100 keys repeated: its top score has ~655
+// copies spread over the row, so the 512 lowest ids of them (ids up to ~51,200) come from 7 of
+// its 8 CTAs (both of 2).
 struct LongRowsCase {
   const char* name;
   int rows, k;
@@ -203,8 +204,8 @@ TEST_P(Sm90IndexerLongRows, SelectionIsExact) {
   std::normal_distribution<float> nd;
   std::vector<float> keys(size_t(kRandomKeys + kTieKeys) * kIndexDim);
   for (size_t i = 0; i < size_t(kRandomKeys) * kIndexDim; ++i) keys[i] = round_bf16(nd(rng));
-  for (int e = 0; e < kTieKeys; ++e)
-    std::copy_n(&keys[size_t(e % 16) * kIndexDim], kIndexDim, &keys[size_t(kRandomKeys + e) * kIndexDim]);
+  for (int e = 0; e < kTieKeys; ++e)  // 100 keys repeated: ~655 copies of each over the whole row
+    std::copy_n(&keys[size_t(e % 100) * kIndexDim], kIndexDim, &keys[size_t(kRandomKeys + e) * kIndexDim]);
   for (size_t i = 0; i < keys.size(); i += 32) numerics::simulate_q4(std::span(&keys[i], 32), 32);
   std::vector<int32_t> visible(c.rows);
   std::vector<int64_t> base(c.rows);
