@@ -143,6 +143,14 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Inclusive prefix sum of v over the lanes of a full warp (lane l: Σ of lanes 0..l).
+__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
+  for (int off = 1; off < 32; off <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, off);
+    if (lane >= off) v += u;
+  }
+  return v;
+}
 
 // Block-wide double sum (blockDim.x a multiple of 32, ≤ 1024); result valid in every thread.
 // acc + x² + y² + z² + w² in double, in that order (exact squares of fp32 values).

@@ -29,6 +29,7 @@
 
 #include "base/env.h"
 #include "gpu/cuda_check.h"
+#include "gpu/device_math.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/sm90_indexer_select.cuh"
 
@@ -54,7 +55,7 @@ template <bool kProbe>
 __device__ __forceinline__ void select_probe_write(const long long* stamps, long long* probe, int r) {
   if constexpr (kProbe)
     if (threadIdx.x == 0)
-      for (int i = 0; i < kSelectProbeSlots; ++i) probe[int64_t(r) * kSelectProbeSlots + i] = i < 9 ? stamps[i] : 0;
+      for (int i = 0; i < kSelectProbeSlots; ++i) probe[int64_t(r) * kSelectProbeSlots + i] = stamps[i];
 }
 
 // The bin holding the K-th largest key: the largest b with above0 + Σ_{b' ≥ b} cnt[b'] ≥ K
@@ -69,11 +70,7 @@ __device__ void threshold_bin(const uint32_t* cnt, int above0, int K, int* scan,
   int v = 0, incl = 0;
   if (tid < 256) {
     v = int(cnt[b]);
-    incl = v;
-    for (int off = 1; off < 32; off <<= 1) {
-      const int u = __shfl_up_sync(~0u, incl, off);
-      if (lane >= off) incl += u;
-    }
+    incl = warp_inclusive_sum(v, lane);
     if (lane == 31) scan[warp] = incl;
   }
   __syncthreads();
@@ -108,8 +105,8 @@ __device__ __forceinline__ void for_keys_l2(const uint16_t* keys, int c0, int c1
   for (; w < c1; ++w) fn(w, int(keys[w]));
 }
 
-// The one-CTA kernel: CTA r = row r. (Its probe instantiation spills a few bytes at the
-// 32 registers ptxas picks for it: the stamps are a few % high.)
+// The one-CTA kernel: CTA r = row r. (Its probe instantiation spills 16 bytes at the 32
+// registers ptxas picks for it; the plain one does not.)
 template <bool kProbe>
 __global__ void __launch_bounds__(kSelectThreads)
     select_kernel(const __grid_constant__ IndexerArgs a, const uint16_t* __restrict__ keys_in,
@@ -169,11 +166,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       my_ties += k == thresh;
     });
     // Exclusive prefix of tie counts over threads (= id order).
-    int incl = my_ties;
-    for (int off = 1; off < 32; off <<= 1) {
-      const int v = __shfl_up_sync(~0u, incl, off);
-      if (lane >= off) incl += v;
-    }
+    const int incl = warp_inclusive_sum(my_ties, lane);
     if (lane == 31) warp_tot[warp] = incl;
     __syncthreads();
     select_mark<kProbe>(stamps, 5, t0);
@@ -308,14 +301,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
       my_above += k > thresh;
       my_ties += k == thresh;
     });
-    int ia = my_above, it = my_ties;
-    for (int off = 1; off < 32; off <<= 1) {
-      const int va = __shfl_up_sync(~0u, ia, off), vt = __shfl_up_sync(~0u, it, off);
-      if (lane >= off) {
-        ia += va;
-        it += vt;
-      }
-    }
+    const int ia = warp_inclusive_sum(my_above, lane), it = warp_inclusive_sum(my_ties, lane);
     if (lane == 31) {
       warp_tot[0][warp] = ia;
       warp_tot[1][warp] = it;
@@ -397,7 +383,9 @@ void launch_select_as(const IndexerArgs& a, const uint16_t* keys, const uint32_t
   }
   const int C = select_cluster(a.rows, a.max_visible);
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;  // also for C = 1: cluster.sync() and DSMEM then act on one CTA
+  // The cluster attribute also for C = 1 (cluster_pdl_attrs leaves it out there): the kernel's
+  // cluster.sync() and DSMEM then act on a declared one-CTA cluster.
+  attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(C);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;

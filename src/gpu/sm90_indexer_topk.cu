@@ -256,10 +256,6 @@ __global__ void __launch_bounds__(kScoreThreads, 1)
   hist_slice[tid] = sm.hist[tid];
 }
 
-}  // namespace
-
-namespace {
-
 // Score CTAs per row (one CTA per SM, ≈ 155 KB smem): floor(SMs / rows), at most one per
 // 256-key block; 0 when no row has a visible key (no scan). rows · slices ≤ max(rows, SMs).
 int scan_slices(int rows, int max_visible) {

@@ -73,10 +73,11 @@ __host__ __device__ inline uint16_t score_from_key(uint16_t key) {
 void indexer_topk(const IndexerArgs& args, void* workspace, cudaStream_t stream);
 
 // Benchmarks: the same call, the selection kernel stamping its phases — clock64 ticks since its
-// entry at: 0 grid dependency passed, 1 histogram slices summed, 2 high-byte threshold bin,
-// 3 low-byte histogram, 4 threshold key, 5 picks above it (+ tie scan), 6 ties taken, 7 sorted,
-// 8 written — into probe[rows][kSelectProbeSlots] (rows with visible ≤ k skip slots 2–5).
-constexpr int kSelectProbeSlots = 10;
+// entry (rank 0's, for the cluster kernel) at: 0 grid dependency passed, 1 histogram slices
+// summed, 2 high-byte threshold bin, 3 low-byte histogram, 4 threshold key, 5 keys above / at
+// it counted, 6 picks in the list, 7 sorted, 8 written — into probe[rows][kSelectProbeSlots]
+// (rows with visible ≤ k skip slots 1–5 in the cluster kernel, 2–5 in the one-CTA kernel).
+constexpr int kSelectProbeSlots = 9;
 void indexer_topk_probe(const IndexerArgs& args, void* workspace, long long* probe, cudaStream_t stream);
 
 // Row stride (elements) of the score-key scratch: max_visible rounded up to 8.
