@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/decode_ops.h"
@@ -29,6 +30,7 @@
 #include "gpu/ops.h"
 
 using namespace dsv4::gpu;
+using dsv4::env_list;
 
 namespace {
 
@@ -100,15 +102,10 @@ int main(int argc, char** argv) {
   }
   // Decode rows (weights streamed once: µs, GB/s, % HBM) and prefill rows (also TFLOP/s).
   std::vector<int64_t> Ms = {1, 8, 16, 64, 512, 4096};
-  if (const char* e = std::getenv("DSV4_BENCH_MS")) {
+  if (const std::vector<long> l = env_list("DSV4_BENCH_MS"); !l.empty()) {
     Ms.clear();
-    for (const char* p = e; *p;) {
-      char* end = nullptr;
-      const long long v = std::strtoll(p, &end, 10);
-      if (end == p) break;
+    for (const long v : l)
       if (v > 0 && v <= 4096) Ms.push_back(v);
-      p = *end ? end + 1 : end;
-    }
   }
   if (const char* e = std::getenv("DSV4_MMA_TILE")) {
     mma::force_tile(std::atoi(e));

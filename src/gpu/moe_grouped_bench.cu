@@ -18,12 +18,14 @@
 #include <set>
 #include <vector>
 
+#include "base/env.h"
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/moe_grouped.h"
 #include "gpu/pdl.h"
 
 using namespace dsv4::gpu;
+using dsv4::env_list;
 
 namespace {
 
@@ -42,20 +44,6 @@ __global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int mode) {
     if (mode == 2 && (b & 0x7f) == 0x7f) b ^= 1;             // e4m3 code, no NaN
     p[i] = b;
   }
-}
-
-// The integers of the comma list in environment variable `name` (empty when unset or empty).
-std::vector<long> env_list(const char* name) {
-  std::vector<long> out;
-  const char* e = std::getenv(name);
-  for (const char* c = e ? e : ""; *c;) {
-    char* end = nullptr;
-    const long x = std::strtol(c, &end, 10);
-    if (end == c) break;
-    out.push_back(x);
-    c = *end ? end + 1 : end;
-  }
-  return out;
 }
 
 // Whether v is in the list of `name` (an unset or empty list picks every value).

@@ -17,7 +17,8 @@
 // Usage: gpu_sparse_decode_bench [indexer [probe] | decode | ws]   (indexer: only the indexer rows,
 // probe: with the selection's phase stamps after each +topk row;
 // decode: only the automatic-plan attention rows at B = 1 and 8; ws: the many-row attention rows,
-// mma.sync against the warp-specialized kernel, same plan otherwise)
+// mma.sync against the warp-specialized kernel, same plan otherwise). The indexer rows' contexts
+// and batches: DSV4_BENCH_CTX, DSV4_BENCH_B (comma lists; unset: 8K, 128K, 1M × 1, 8, 16, 64).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -40,6 +41,7 @@
 #include "gpu/sparse_decode.h"
 
 using namespace dsv4::gpu;
+using dsv4::env_list;
 using namespace dsv4::gpu::sm90;
 
 namespace {
@@ -414,13 +416,22 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
   print_select_probe(all, rows, kCalls);
 }
 
-// The indexer rows: 8K / 128K / 1M context, B = 1, 8, 16, 64; the scan, then scan + top-k.
-// probe: each +topk row is followed by its selection's phase stamps.
+// The indexer rows: 8K / 128K / 1M context (DSV4_BENCH_CTX: a comma list of contexts, multiples
+// of 4 up to 1M), B = 1, 8, 16, 64 (DSV4_BENCH_B: a list of batches up to 64); the scan, then
+// scan + top-k. probe: each +topk row is followed by its selection's phase stamps.
 void indexer_rows(cudaStream_t s, const uint16_t* keys, double peak, bool probe = false) {
+  std::vector<long> ctxs = env_list("DSV4_BENCH_CTX"), bs = env_list("DSV4_BENCH_B");
+  if (ctxs.empty()) ctxs = {8192, 131072, 1 << 20};
+  if (bs.empty()) bs = {1, 8, 16, 64};
   std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
-  for (int ctx : {8192, 131072, 1 << 20})
-    for (int b : {1, 8, 16, 64})
-      for (bool so : {true, false}) indexer_case(s, keys, peak, b, ctx, so, probe);
+  for (const long ctx : ctxs)
+    for (const long b : bs) {
+      if (ctx < 4 || ctx > (1 << 20) || ctx % 4 != 0 || b < 1 || b > 64) {
+        std::fprintf(stderr, "indexer rows: context %ld / batch %ld outside 4..1M (multiple of 4) / 1..64\n", ctx, b);
+        std::exit(2);
+      }
+      for (bool so : {true, false}) indexer_case(s, keys, peak, int(b), int(ctx), so, probe);
+    }
 }
 
 }  // namespace
