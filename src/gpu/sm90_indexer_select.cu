@@ -7,22 +7,21 @@
 // totals); the bin b1 holding the k-th largest key (threshold_bin, a block scan over the 256
 // bins); a histogram of the low bytes of the keys in b1, giving the exact threshold key T and
 // the number `need` of ties at T to take; then every key > T and the `need` lowest-id keys at T;
-// a bitonic sort orders the ≤ 512 picks by the composite (key << 32 | ~id), descending.
+// the ≤ 512 picks are ordered by the composite (key << 32 | ~id), descending.
 //
-// One-CTA kernel (the default): CTA r = row r, 1024 threads, thread i owning the i-th contiguous
-// id range; each pass re-reads the row's keys from L2, picks are appended through a shared
-// counter, the sort takes a CTA barrier a step.
+// One-CTA kernel (rows of fewer keys): CTA r = row r, 1024 threads, thread i owning the i-th
+// contiguous id range; each pass re-reads the row's keys from L2, picks are appended through a
+// shared counter, the sort takes a CTA barrier a step.
 //
-// Cluster kernel (DSV4_INDEXER_SELECT_CLUSTER=1; not yet measured on a device, so not the
-// default): a row's ids are split into C contiguous ranges over a cluster of C CTAs (C = 1..8,
-// about kSelectKeysPerCta keys a CTA, at most SMs / rows), each of 1024 threads owning a
-// contiguous id range (id order across threads and ranks) whose keys (up to 32) it keeps in
-// registers: one read of the keys instead of three. Each rank sums a share of the histogram
+// Cluster kernel (rows of ≥ kSelectClusterMinKeys keys): a row's ids are split into C contiguous
+// ranges over a cluster of C CTAs (C = 1..8, about kSelectKeysPerCta keys a CTA, at most
+// SMs / rows), each of 1024 threads owning a contiguous id range (id order across threads and
+// ranks) whose keys (up to 32) it keeps in registers: one read of the keys instead of three. Each rank sums a share of the histogram
 // slices; those sums, the ranks' low-byte histograms and their counts of keys above / at T are
 // exchanged through distributed shared memory. Every rank stores its picks straight into rank
 // 0's list at positions given by those counts (keys above T first, ties after them in id
-// order), and rank 0 sorts (warp shuffles for strides < 32, shared memory for the 10 steps
-// above) and writes the row. Both give the same output (sm90_indexer_topk_test.cu).
+// order), and rank 0 orders (rank_and_write) and writes the row. Both give the same output
+// (sm90_indexer_topk_test.cu; DSV4_INDEXER_SELECT_CLUSTER = 1 / 0 forces either kernel).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -42,6 +41,11 @@ constexpr int kSelectThreads = 1024;
 constexpr int kSelectMaxCluster = 8;     // portable cluster size
 constexpr int kSelectKeysPerCta = 8192;  // the cluster kernel's target keys a CTA
 constexpr int kCachedGroups = 4;         // 8-key groups a thread keeps in registers (32 keys)
+// Rows of at least this many keys (128K tokens at ratio 4) take the cluster kernel
+// (DSV4_INDEXER_SELECT_CLUSTER = 1 / 0 forces it / the one-CTA kernel): H100, 2026-12-07, scan +
+// selection at B = 1: 8K 17.2 vs 13.8 µs, 128K 20.3 vs 22.5, 1M 50.6 vs 91.6
+// (docs/attention-decode-rounds.md, indexer round 6).
+constexpr int kSelectClusterMinKeys = 32768;
 
 // Probe instantiation (kProbe): thread 0 stamps clock64 at the phase boundaries (slot i, ticks
 // since the CTA's entry; sm90_indexer_topk.h lists them) and rank 0 writes its row's stamps.
@@ -88,6 +92,50 @@ __device__ void threshold_bin(const uint32_t* cnt, int above0, int K, int* scan,
 
 __device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
   return (uint64_t(key) << 32) | uint64_t(0xffffffffu - uint32_t(id));
+}
+
+// The row's picks in order and its output (every thread of the CTA calls it; one barrier):
+// sel [kIndexTopk] holds the `take` picks' composites (distinct, > 0) and zeros. Warp w < 16
+// sorts sel[32w, 32w + 32) descending by a shuffle bitonic network (15 steps) and stores the run
+// back; thread i < kIndexTopk then takes its element's output position — the count of greater
+// composites, found in each of the other 15 runs by a binary search (the searches independent,
+// so they overlap) plus its own place in its run — and writes its id there. topk_row [K]:
+// positions ≥ take get −1. (One barrier instead of the bitonic sort's ten or 45; in the one-CTA
+// kernel it measured no faster than its bitonic sort, which stays there: indexer round 6.)
+__device__ __forceinline__ void rank_and_write(uint64_t* sel, int K, int take, int32_t* topk_row) {
+  constexpr int kRuns = kIndexTopk / 32;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint64_t v = 0;
+  if (warp < kRuns) {
+    v = sel[tid];
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        const uint64_t o = __shfl_xor_sync(~0u, v, stride);
+        const bool lower = (lane & stride) == 0, desc = (lane & size) == 0;  // size 32: all desc
+        v = lower == desc ? (v > o ? v : o) : (v < o ? v : o);
+      }
+    sel[tid] = v;
+  }
+  __syncthreads();
+  if (warp < kRuns && v != 0) {
+    int pos = lane;  // the greater elements of its own run
+#pragma unroll
+    for (int j = 0; j < kRuns; ++j) {
+      if (j == warp) continue;
+      const uint64_t* run = sel + 32 * j;
+      int c = run[31] > v ? 32 : 0;  // c = #{i : run[i] > v} (run descending, v not in it)
+      if (c == 0) {
+#pragma unroll
+        for (int step = 16; step > 0; step >>= 1)
+          if (run[c + step - 1] > v) c += step;
+      }
+      pos += c;
+    }
+    topk_row[pos] = int32_t(0xffffffffu - uint32_t(v & 0xffffffffu));
+  }
+  for (int i = take + tid; i < K; i += blockDim.x) topk_row[i] = -1;
 }
 
 // fn(id, key) for the keys of ids [c0, c1) in id order, read from L2 (16-byte loads; c0 a
@@ -216,8 +264,8 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   __shared__ long long stamps[kProbe ? kSelectProbeSlots : 1];
   const long long t0 = kProbe ? clock64() : 0;
-  __shared__ uint64_t sel[kIndexTopk], sel_x[kIndexTopk];  // rank 0: the row's picks; the sort's 2nd buffer
-  __shared__ uint32_t part[4][256];                        // slice sums, a quarter of the slices each
+  __shared__ uint64_t sel[kIndexTopk];  // rank 0: the row's picks
+  __shared__ uint32_t part[4][256];     // slice sums, a quarter of the slices each
   __shared__ uint32_t hist1_rank[256], hist1[256], hist2[256], hist2_all[256];
   __shared__ int warp_tot[2][kSelectThreads / 32];
   __shared__ int s_counts[2];  // this rank's keys above T and at T (read by the later ranks)
@@ -269,13 +317,14 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
     select_mark<kProbe>(stamps, 2, t0);
     const int b1 = s_b1;
     auto for_keys = [&](auto&& fn) {  // fn(id, key) over [c0, c1) in id order
-      if (cached) {
+      if (cached) {  // only the groups this thread holds (a short row's threads hold one or none)
 #pragma unroll
-        for (int j = 0; j < 8 * kCachedGroups; ++j) {
-          const uint4& g = cache[j >> 3];
-          const int comp = (j & 7) >> 1;
-          const uint32_t u = comp == 0 ? g.x : comp == 1 ? g.y : comp == 2 ? g.z : g.w;
-          if (c0 + j < c1) fn(c0 + j, int((u >> (16 * (j & 1))) & 0xffffu));
+        for (int g = 0; g < kCachedGroups; ++g) {
+          if (c0 + 8 * g >= c1) break;
+          const uint32_t u[4] = {cache[g].x, cache[g].y, cache[g].z, cache[g].w};
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            if (c0 + 8 * g + i < c1) fn(c0 + 8 * g + i, int((u[i >> 1] >> (16 * (i & 1))) & 0xffffu));
         }
       } else {
         for_keys_l2(keys, c0, c1, fn);
@@ -336,30 +385,8 @@ __global__ void __launch_bounds__(kSelectThreads, 1)
   cluster.sync();  // rank 0's list is whole; no rank touches another's shared memory after this
   select_mark<kProbe>(stamps, 6, t0);
   if (rank != 0) return;
-  // Bitonic sort of the 512 composites, descending: thread i < 512 holds element i; strides
-  // < 32 exchange by shuffles, larger ones through sel / sel_x in turn (a barrier a step).
-  uint64_t v = tid < kIndexTopk ? sel[tid] : 0;
-  bool odd = false;
-#pragma unroll
-  for (int size = 2; size <= kIndexTopk; size <<= 1) {
-#pragma unroll
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      uint64_t o;
-      if (stride >= 32) {
-        uint64_t* const buf = odd ? sel_x : sel;
-        if (tid < kIndexTopk) buf[tid] = v;
-        __syncthreads();
-        o = tid < kIndexTopk ? buf[tid ^ stride] : 0;
-        odd = !odd;
-      } else {
-        o = __shfl_xor_sync(~0u, v, stride);
-      }
-      const bool lower = (tid & stride) == 0, desc = (tid & size) == 0;  // lower keeps the max when desc
-      v = lower == desc ? (v > o ? v : o) : (v < o ? v : o);
-    }
-  }
+  rank_and_write(sel, K, take, a.topk + int64_t(r) * K);
   select_mark<kProbe>(stamps, 7, t0);
-  if (tid < K) a.topk[int64_t(r) * K + tid] = tid < take ? int32_t(0xffffffffu - uint32_t(v & 0xffffffffu)) : -1;
   if (tid == 0) a.count[r] = take;
   select_mark<kProbe>(stamps, 8, t0);
   select_probe_write<kProbe>(stamps, probe, r);
@@ -375,7 +402,8 @@ int select_cluster(int rows, int max_visible) {
 template <bool kProbe>
 void launch_select_as(const IndexerArgs& a, const uint16_t* keys, const uint32_t* hist, int slices,
                       long long* probe, cudaStream_t stream) {
-  static const bool cluster = env_int("DSV4_INDEXER_SELECT_CLUSTER", 0) == 1;
+  static const int forced = env_int("DSV4_INDEXER_SELECT_CLUSTER", -1);
+  const bool cluster = forced == -1 ? a.max_visible >= kSelectClusterMinKeys : forced == 1;
   if (!cluster) {
     launch_pdl(select_kernel<kProbe>, dim3(unsigned(a.rows)), dim3(kSelectThreads), 0, stream, a, keys, hist,
                slices, probe);
