@@ -11,8 +11,9 @@
 #   ttft: one 8K prompt's prefill profile + `dsv4 bench` through the server (8K prompts; concurrency
 #         list TTFT_CONCURRENCY, default 1,8; TTFT_PROMPTS requests per level, default 8). On one
 #         GPU: FLASH_TP=1 FLASH_LAYERS=20 (the first 20 layers; docs/prefill.md's table).
-#   select: the indexer's top-k selection kernels (issue 7): the indexer tests with the cluster
-#         kernel (DSV4_INDEXER_SELECT_CLUSTER=1), `gpu_sparse_decode_bench indexer probe` for both.
+#   select: the indexer's top-k selection kernels (issue 7): the indexer tests with each kernel
+#         forced (DSV4_INDEXER_SELECT_CLUSTER=1 / 0; unset, rows of ≥ 32K keys take the cluster
+#         kernel), `gpu_sparse_decode_bench indexer probe` for both (DSV4_BENCH_CTX / _B pick rows).
 #   tp, flash, ttft and select run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
@@ -156,7 +157,9 @@ want lin && [ -x "$BUILD/src/gpu/gpu_linear_bench" ] && run linear_bench timeout
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
 if want select && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ]; then
-  run select_test env DSV4_INDEXER_SELECT_CLUSTER=1 timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test" --gtest_filter='*Indexer*'
+  for c in 1 0; do
+    run select_test$c env DSV4_INDEXER_SELECT_CLUSTER=$c timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test" --gtest_filter='*Indexer*'
+  done
   for c in 1 0; do
     run select_bench_cluster$c env DSV4_INDEXER_SELECT_CLUSTER=$c timeout 120 "$BUILD/src/gpu/gpu_sparse_decode_bench" indexer probe
   done
@@ -203,7 +206,7 @@ echo "==== device_check summary ===="
 cat "$OUT/gpu.txt"
 printf '%-28s %s\n' step rc
 for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${RCS[$i]}"; done
-grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/sampling.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/allreduce_test.log "$OUT"/cupti_test.log "$OUT"/select_test.log 2>/dev/null
+grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[tp2" "$OUT"/kernels.log "$OUT"/sampling.log "$OUT"/kv_fp8.log "$OUT"/decode.log "$OUT"/state_pool.log "$OUT"/golden.log "$OUT"/tp_test.log "$OUT"/allreduce_test.log "$OUT"/cupti_test.log "$OUT"/select_test1.log "$OUT"/select_test0.log 2>/dev/null
 grep -h -E "^dsv4 profile|^decode step|^prefill [0-9]|^roofline|^context" "$OUT"/flash_profile_b*.log 2>/dev/null
 grep -h -E "^time to ready|^HTTP" "$OUT"/flash_serve.log 2>/dev/null
 grep -h -E "^prefill [0-9]" "$OUT"/ttft_prefill.log 2>/dev/null
