@@ -18,7 +18,9 @@
 // probe: with the selection's phase stamps after each +topk row;
 // decode: only the automatic-plan attention rows at B = 1 and 8; ws: the many-row attention rows,
 // mma.sync against the warp-specialized kernel, same plan otherwise). The indexer rows' contexts
-// and batches: DSV4_BENCH_CTX, DSV4_BENCH_B (comma lists; unset: 8K, 128K, 1M × 1, 8, 16, 64).
+// and batches: DSV4_BENCH_CTX, DSV4_BENCH_B (comma lists; unset: 8K, 128K, 1M × 1, 8, 16, 64);
+// DSV4_BENCH_COLD_MB / _CODE time the +topk rows cold too (the selection's median, scan +
+// selection a call).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -157,16 +159,46 @@ __global__ void icache_sweep(float* sink, float x) {
   if (a == 1234.5f) *sink = a;  // (practically) never: keeps the chain
 }
 
-// DSV4_BENCH_COLD_MB=N: the attention calls timed as the model runs them — each call of a graph
-// of 8 follows a plain read of N MB (bench::l2_evicting_read: the step's weights between two
-// attention layers, which push the KV lines, the queries and the kernel's code out of L2), with
-// DSV4_BENCH_COLD_CODE=1 also icache_sweep, and `before(i)` (the queries' rewrite, as the model's
-// rope kernel writes them just before the attention); the attention kernels' own durations come
-// from CUPTI (the rest is not counted). Prints the split kernel's median (with the case's bytes:
-// GB/s and % of the probe `peak`) and the mean per call of the split and merge kernels together,
-// over 10 replays.
-void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, const std::function<void(int)>& call,
-                const std::function<void(int)>& before) {
+// The kernels cold_calls reports (substrings of their mangled names): one `timed` kernel a call,
+// whose median it prints, and `counted` ones added to the per-call total (`total_label`). The
+// case's bytes are rated against the timed median, or against the total when rate_on_total.
+struct ColdKernels {
+  const char* timed_label;
+  const char* total_label;
+  std::vector<std::string> timed, counted;
+  bool rate_on_total;
+};
+// The attention: the split kernel (either form), and its merge kernel.
+const ColdKernels kColdAttention{"split kernel", "split + merge", {"sparse_decode_kernel", "sparse_decode_ws_kernel"},
+                                 {"merge_kernel"}, false};
+// The indexer: the selection (either kernel), and the scan.
+const ColdKernels kColdIndexer{"selection", "scan + selection", {"select_kernel", "select_cluster_kernel"},
+                               {"score_kernel"}, true};
+
+// DSV4_BENCH_COLD_MB / DSV4_BENCH_COLD_CODE (cold_calls).
+int cold_mb() {
+  static const int mb = dsv4::env_int("DSV4_BENCH_COLD_MB", 0);
+  return mb;
+}
+bool cold_code() {
+  static const bool on = dsv4::env_int("DSV4_BENCH_COLD_CODE", 0) != 0;
+  return on;
+}
+
+bool name_has_any(const std::string& name, const std::vector<std::string>& parts) {
+  return std::any_of(parts.begin(), parts.end(), [&](const std::string& p) { return name.find(p) != std::string::npos; });
+}
+
+// DSV4_BENCH_COLD_MB=N: the calls timed as the model runs them — each call of a graph of 8
+// follows a plain read of N MB (bench::l2_evicting_read: the step's weights between two layers,
+// which push the KV lines, the queries and the kernel's code out of L2), with
+// DSV4_BENCH_COLD_CODE=1 also icache_sweep, and `before(i)` (e.g. the queries' rewrite, as the
+// model's rope kernel writes them just before the attention); the kernels' own durations come
+// from CUPTI (the rest is not counted). Prints the timed kernel's median (with the case's bytes:
+// GB/s and % of the probe `peak`) and the mean per call of the timed and counted kernels
+// together, over 10 replays.
+void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, const ColdKernels& kernels,
+                const std::function<void(int)>& call, const std::function<void(int)>& before) {
   std::string why;
   if (!cupti::load(&why)) {
     std::printf("  cold: no CUPTI (%s)\n", why.c_str());
@@ -202,28 +234,26 @@ void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, c
   const std::vector<prof::KernelRecord> recs = trace.stop();
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(g));
-  std::vector<double> split;
+  std::vector<double> timed;
   double total = 0.0;
   for (const prof::KernelRecord& r : recs) {
     const double us = double(r.end_ns - r.start_ns) / 1e3;
-    // The kernels' own names: this file's kernels carry "sparse_decode_bench" in their mangled
-    // (anonymous-namespace) names.
-    const bool is_split = r.name.find("sparse_decode_kernel") != std::string::npos ||
-                          r.name.find("sparse_decode_ws_kernel") != std::string::npos;
-    if (is_split) split.push_back(us);
-    if (is_split || r.name.find("merge_kernel") != std::string::npos) total += us;
+    const bool is_timed = name_has_any(r.name, kernels.timed);
+    if (is_timed) timed.push_back(us);
+    if (is_timed || name_has_any(r.name, kernels.counted)) total += us;
   }
-  if (split.size() != size_t(8 * kReplays)) {
-    std::printf("  cold: %zu attention records of %d calls (CUPTI dropped %lld)\n", split.size(), 8 * kReplays,
-                static_cast<long long>(trace.dropped_records()));
+  if (timed.size() != size_t(8 * kReplays)) {
+    std::printf("  cold: %zu %s records of %d calls (CUPTI dropped %lld)\n", timed.size(), kernels.timed_label,
+                8 * kReplays, static_cast<long long>(trace.dropped_records()));
     return;
   }
-  std::sort(split.begin(), split.end());
-  const double med = split[split.size() / 2];
-  std::printf("  cold (%d MB read%s before each call, CUPTI): split kernel %.2f us median (min %.2f max %.2f) "
-              "%7.0f GB/s %5.1f%%; split + merge %.2f us a call\n",
-              mb, sweep ? " and the code sweep" : "", med, split.front(), split.back(), bytes / (med * 1e3),
-              100.0 * bytes / (med * 1e3) / peak, total / double(split.size()));
+  std::sort(timed.begin(), timed.end());
+  const double med = timed[timed.size() / 2], per_call = total / double(timed.size());
+  const double rated = kernels.rate_on_total ? per_call : med;
+  std::printf("  cold (%d MB read%s before each call, CUPTI): %s %.2f us median (min %.2f max %.2f) "
+              "%7.0f GB/s %5.1f%%; %s %.2f us a call\n",
+              mb, sweep ? " and the code sweep" : "", kernels.timed_label, med, timed.front(), timed.back(),
+              bytes / (rated * 1e3), 100.0 * bytes / (rated * 1e3) / peak, kernels.total_label, per_call);
 }
 
 void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char* kind, int rows,
@@ -302,10 +332,8 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
               st.lo, st.hi, bytes / 1e6,
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
-  static const int cold_mb = dsv4::env_int("DSV4_BENCH_COLD_MB", 0);
-  static const bool cold_code = dsv4::env_int("DSV4_BENCH_COLD_CODE", 0) != 0;
-  if (cold_mb > 0)
-    cold_calls(s, cold_mb, cold_code, bytes, peak, call, [&](int i) {  // fp32 queries: call i's copy rewritten
+  if (cold_mb() > 0)
+    cold_calls(s, cold_mb(), cold_code(), bytes, peak, kColdAttention, call, [&](int i) {  // fp32 queries: call i's copy rewritten
       if (!q32) return;
       const size_t off = q_copy(i) * q_per;
       widen_bf16<<<256, 256, 0, s>>>(q.get() + off, q_f32.get() + off, int64_t(q_per));
@@ -404,6 +432,8 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
               "%7.0f GB/s %5.1f%%\n",
               scores_only ? "(scan)  " : "(+topk) ", rows, ctx, visible, int(pdl_enabled()), st.med, st.lo, st.hi,
               bytes / 1e6, bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak);
+  if (cold_mb() > 0 && !scores_only)
+    cold_calls(s, cold_mb(), cold_code(), bytes, peak, kColdIndexer, [&](int i) { call(i); }, [](int) {});
   if (!probe || scores_only) return;
   constexpr int kCalls = 9;
   std::vector<long long> all;
