@@ -16,11 +16,11 @@
 // Cluster kernel (rows of ≥ kSelectClusterMinKeys keys): a row's ids are split into C contiguous
 // ranges over a cluster of C CTAs (C = 1..8, about kSelectKeysPerCta keys a CTA, at most
 // SMs / rows), each of 1024 threads owning a contiguous id range (id order across threads and
-// ranks) whose keys (up to 32) it keeps in registers: one read of the keys instead of three. Each rank sums a share of the histogram
-// slices; those sums, the ranks' low-byte histograms and their counts of keys above / at T are
-// exchanged through distributed shared memory. Every rank stores its picks straight into rank
-// 0's list at positions given by those counts (keys above T first, ties after them in id
-// order), and rank 0 orders (rank_and_write) and writes the row. Both give the same output
+// ranks) whose keys (up to 32) it keeps in registers: one read of the keys instead of three.
+// Each rank sums a share of the histogram slices; those sums, the ranks' low-byte histograms and
+// their counts of keys above / at T are exchanged through distributed shared memory. Every rank
+// stores its picks straight into rank 0's list at positions given by those counts (keys above T
+// first, ties after them in id order), and rank 0 orders (rank_and_write) and writes the row. Both give the same output
 // (sm90_indexer_topk_test.cu; DSV4_INDEXER_SELECT_CLUSTER = 1 / 0 forces either kernel).
 #include <cooperative_groups.h>
 

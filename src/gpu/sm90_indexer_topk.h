@@ -76,7 +76,8 @@ void indexer_topk(const IndexerArgs& args, void* workspace, cudaStream_t stream)
 // entry (rank 0's, for the cluster kernel) at: 0 grid dependency passed, 1 histogram slices
 // summed, 2 high-byte threshold bin, 3 low-byte histogram, 4 threshold key, 5 keys above / at
 // it counted, 6 picks in the list, 7 ordered (the cluster kernel: ordered and the ids written),
-// 8 row written — into probe[rows][kSelectProbeSlots] (rows with visible ≤ k skip slots 1–5 in the cluster kernel, 2–5 in the one-CTA kernel).
+// 8 row written — into probe[rows][kSelectProbeSlots] (rows with visible ≤ k skip slots 1–5 in
+// the cluster kernel, 2–5 in the one-CTA kernel).
 constexpr int kSelectProbeSlots = 9;
 void indexer_topk_probe(const IndexerArgs& args, void* workspace, long long* probe, cudaStream_t stream);
 

@@ -43,7 +43,6 @@
 #include "gpu/sparse_decode.h"
 
 using namespace dsv4::gpu;
-using dsv4::env_list;
 using namespace dsv4::gpu::sm90;
 
 namespace {
@@ -186,7 +185,8 @@ bool cold_code() {
 }
 
 bool name_has_any(const std::string& name, const std::vector<std::string>& parts) {
-  return std::any_of(parts.begin(), parts.end(), [&](const std::string& p) { return name.find(p) != std::string::npos; });
+  return std::any_of(parts.begin(), parts.end(),
+                     [&](const std::string& p) { return name.find(p) != std::string::npos; });
 }
 
 // DSV4_BENCH_COLD_MB=N: the calls timed as the model runs them — each call of a graph of 8
@@ -333,8 +333,8 @@ void attention_case(cudaStream_t s, const KvPool& pool, double peak, const char*
               bytes / (st.med * 1e3), 100.0 * bytes / (st.med * 1e3) / peak,
               flops / (st.med * 1e6));
   if (cold_mb() > 0)
-    cold_calls(s, cold_mb(), cold_code(), bytes, peak, kColdAttention, call, [&](int i) {  // fp32 queries: call i's copy rewritten
-      if (!q32) return;
+    cold_calls(s, cold_mb(), cold_code(), bytes, peak, kColdAttention, call, [&](int i) {
+      if (!q32) return;  // fp32 queries: call i's copy rewritten
       const size_t off = q_copy(i) * q_per;
       widen_bf16<<<256, 256, 0, s>>>(q.get() + off, q_f32.get() + off, int64_t(q_per));
     });
@@ -450,14 +450,15 @@ void indexer_case(cudaStream_t s, const uint16_t* keys, double peak, int rows, i
 // of 4 up to 1M), B = 1, 8, 16, 64 (DSV4_BENCH_B: a list of batches up to 64); the scan, then
 // scan + top-k. probe: each +topk row is followed by its selection's phase stamps.
 void indexer_rows(cudaStream_t s, const uint16_t* keys, double peak, bool probe = false) {
-  std::vector<long> ctxs = env_list("DSV4_BENCH_CTX"), bs = env_list("DSV4_BENCH_B");
+  std::vector<long> ctxs = dsv4::env_list("DSV4_BENCH_CTX"), bs = dsv4::env_list("DSV4_BENCH_B");
   if (ctxs.empty()) ctxs = {8192, 131072, 1 << 20};
   if (bs.empty()) bs = {1, 8, 16, 64};
   std::printf("\nindexer (bytes = 256 B per key + score keys)\n");
   for (const long ctx : ctxs)
     for (const long b : bs) {
       if (ctx < 4 || ctx > (1 << 20) || ctx % 4 != 0 || b < 1 || b > 64) {
-        std::fprintf(stderr, "indexer rows: context %ld / batch %ld outside 4..1M (multiple of 4) / 1..64\n", ctx, b);
+        std::fprintf(stderr, "indexer rows: context %ld / batch %ld outside 4..1M (multiple of 4) / 1..64\n", ctx,
+                     b);
         std::exit(2);
       }
       for (bool so : {true, false}) indexer_case(s, keys, peak, int(b), int(ctx), so, probe);
