@@ -114,8 +114,6 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // 896 tokens, 9 from 3072; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 8: 8 × 4
 // with chunks of 32 tokens; 9: the wide kernels (chunks of 128 tokens, two warpgroups per CTA on
 // one chunk; sm90_moe_wide.cuh); 12: the wide kernels with chunks of 64 tokens (one column half).
-// 16: 16 × 2 with each item's K split over a pair of warpgroups in one-token calls (the terms of
-// the second half through shared memory; 16 × 2 where the call or K does not allow it).
 // Every variant gives the same bits. Diagnostics (wrong results, so refused
 // unless allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
 // math; 6 runs 8 × 4's math without the weight copies; 10 / 11: the wide kernels' copies without
@@ -123,8 +121,5 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // picks a variant with right results for every call that this knob leaves at 0 (A/B runs of
 // the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
-// Tests: at most `ctas` CTAs in the gemm launches (0: one per SM, the default), so that each
-// warpgroup (or K-split pair) takes several items. Process-wide, read at enqueue time.
-void moe_grouped_set_grid(int ctas);
 
 }  // namespace dsv4::gpu

@@ -25,17 +25,14 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // Phases 1/2 CTA shape (moe_grouped_set_pipeline): variants 0..kMaxVariant, the diagnostics
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
-std::atomic<int> g_grid_cap{0};  // moe_grouped_set_grid
-constexpr int kMaxVariant = 16;
-bool is_diagnostic(int v) {
-  return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 15);
-}
+constexpr int kMaxVariant = 15;
+bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || v >= 13; }
 
 template <moe4::GemmShape kS, int kDiag>
 void set_smem_attr() {
-  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag, kS.tokens, kS.split>,
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<true, kS.warps, kS.stages, kDiag, kS.tokens>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
-  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag, kS.tokens, kS.split>,
+  CUDA_CHECK(cudaFuncSetAttribute(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag, kS.tokens>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kS.smem()));
 }
 
@@ -48,24 +45,6 @@ void launch_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
              kS.smem(), stream, p);
   launch_pdl(moe4::moe_gemm_kernel<false, kS.warps, kS.stages, kDiag, kS.tokens>, dim3(grid), dim3(kS.warps * 32),
              kS.smem(), stream, p);
-}
-
-// Variant 16: per phase, 16 × 2 with K-split pairs (kShape16x2Split) for a one-token call whose
-// K has an even number of 256-K stages, at most 16 (the terms buffers); plain 16 × 2 otherwise.
-void launch_split_gemms(const moe4::Params& p, int grid, cudaStream_t stream) {
-  using namespace moe4;
-  constexpr GemmShape kS = kShape16x2Split;
-  const auto splits = [&](int K) { return p.T == 1 && K % 512 == 0 && K <= 4096; };
-  if (splits(p.D))
-    launch_pdl(moe_gemm_kernel<true, kS.warps, kS.stages, kDiagNone, kTok, true>, dim3(grid), dim3(kS.warps * 32),
-               kS.smem(), stream, p);
-  else
-    launch_pdl(moe_gemm_kernel<true, kS.warps, kS.stages>, dim3(grid), dim3(kS.warps * 32), kShape16x2.smem(), stream, p);
-  if (splits(p.I))
-    launch_pdl(moe_gemm_kernel<false, kS.warps, kS.stages, kDiagNone, kTok, true>, dim3(grid), dim3(kS.warps * 32),
-               kS.smem(), stream, p);
-  else
-    launch_pdl(moe_gemm_kernel<false, kS.warps, kS.stages>, dim3(grid), dim3(kS.warps * 32), kShape16x2.smem(), stream, p);
 }
 
 template <int kDiag, int NW = moe4::kWideN>
@@ -118,7 +97,6 @@ int sm_count() {
     set_smem_attr<kShape16x2, kDiagMathOnly>();
     set_smem_attr<kShape16x2, kDiagSkeleton>();
     set_smem_attr<kShape8x4Wide, kDiagNone>();
-    set_smem_attr<kShape16x2Split, kDiagNone>();
     set_wide_smem_attr<kDiagNone>();
     set_wide_smem_attr<kDiagLoadOnly>();
     set_wide_smem_attr<kDiagMathOnly>();
@@ -245,11 +223,6 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
   CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch goes
 }
 
-void moe_grouped_set_grid(int ctas) {
-  DSV4_CHECK(ctas >= 0, "grouped MoE: grid cap ", ctas, " must be ≥ 0");
-  g_grid_cap.store(ctas, std::memory_order_relaxed);
-}
-
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
   DSV4_CHECK(variant >= 0 && variant <= kMaxVariant, "grouped MoE: unknown pipeline variant ", variant);
   DSV4_CHECK(!is_diagnostic(variant) || allow_diagnostic, "grouped MoE: pipeline variant ", variant,
@@ -296,8 +269,7 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   p.xr = ws.xr_.get();
   p.hr = ws.hr_.get();
   p.out = a.out;
-  const int cap = g_grid_cap.load(std::memory_order_relaxed);
-  const int grid = cap > 0 ? std::min(cap, sm_count()) : sm_count();
+  const int grid = sm_count();
   // Default: 16 warps × 2-stage rings from 2 tokens (H200: −9 % at T=2 and T=4, −8 % at T=8,
   // −12 % at T=256 against 8 × 4), 8 × 4 at T = 1 (−4 %: its 4-deep rings carry the shared
   // expert's few items; docs/moe-grouped.md rounds 5 and 18). From 640 to 895 tokens: 8 × 4 with
@@ -342,7 +314,6 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     case 13: launch_gemms<moe4::kShape8x4, moe4::kDiagSkeleton>(p, grid, stream); break;
     case 14: launch_gemms<moe4::kShape16x2, moe4::kDiagMathOnly>(p, grid, stream); break;
     case 15: launch_gemms<moe4::kShape16x2, moe4::kDiagSkeleton>(p, grid, stream); break;
-    case 16: launch_split_gemms(p, grid, stream); break;
     default: launch_gemms<moe4::kShape8x4, moe4::kDiagNone>(p, grid, stream);  // 7
   }
   launch_pdl(moe4::moe_combine_kernel, dim3(p.T, (p.D + 1023) / 1024), dim3(256), 0, stream, p);

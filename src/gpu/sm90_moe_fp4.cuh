@@ -64,28 +64,17 @@ constexpr int kWarpStageW = 0, kWarpStageWs = 4096, kWarpStageBytes = 4352;
 // kN tokens per chunk (8 or 32): activations kN × 256 B, then their scales kN × 8 B.
 __host__ __device__ constexpr int group_stage_xs(int kN) { return kN * 256; }
 __host__ __device__ constexpr int group_stage_bytes(int kN) { return kN * 264; }
-// Terms of a K-split one-token item (moe_item's kTail role), per warp and stage: FP4 the 8
-// 32-K blocks b × 2 m-tiles × rows g, g + 8 of token slot 0 at (b·2 + mt)·16 + 2g + r; FP8 the
-// two 128-K blocks hb × rows g, g + 8 at (hb·8 + g)·2 + r. A warp's buffer holds half of a K of
-// ≤ 4096 (8 stages).
-constexpr int kTermsStageFp4 = 256, kTermsStageFp8 = 32;
-constexpr int kTermsWarpFloats = 8 * kTermsStageFp4;  // 8 KB
-
 // CTA shapes of phases 1/2 (one CTA per SM): warps (a multiple of 4) × ring depth.
 struct GemmShape {
   int warps, stages;
   int tokens = kTok;  // chunk tokens (the wgmma n)
-  bool split = false;  // K-split warpgroup pairs for one-token calls (moe_gemm_kernel's kSplit)
   constexpr int groups() const { return warps / 4; }
-  constexpr int rings() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
-  // the rings, then (split) a terms buffer per warp of each pair's tail warpgroup
-  constexpr int smem() const { return rings() + (split ? warps / 2 * kTermsWarpFloats * 4 : 0); }
+  constexpr int smem() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
 };
 constexpr GemmShape kShape8x4{8, 4};    // 156,160 B
 constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
 constexpr GemmShape kShape16x2{16, 2};  // 156,160 B: the same bytes in flight, twice the warps
 constexpr GemmShape kShape8x4Wide{8, 4, kTokWide};  // 206,848 B: chunks of 32 tokens (large calls)
-constexpr GemmShape kShape16x2Split{16, 2, kTok, true};  // 221,696 B: 16 × 2 + 64 KB of terms
 // Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
 // math without the weight copies, neither (the launches, activation copies, ring barriers and
 // epilogues alone).
@@ -173,9 +162,6 @@ __device__ __forceinline__ void cp_wait() {
 
 // Barrier of one warpgroup (128 threads), id 1..15.
 __device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-// Barrier of the two warpgroups of a K-split pair (256 threads): wait, or arrive without waiting.
-__device__ __forceinline__ void pair_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void pair_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 // Shared-memory descriptor of a K-major, unswizzled B tile of kN rows × 32 bytes stored as
 // granule q (16 B of K) of row n at q·kN·16 + n·16: core matrices (8 rows × 16 B, rows 16 B
 // apart) kN·16 B apart along K (leading byte offset) and 128 B apart along N (stride byte
@@ -308,16 +294,10 @@ __device__ __forceinline__ void scale_cols(float (&acc)[2][4 * kJ], int j, float
 // (kN token slots × 256 B in the wgmma B layout, then their scales, 2 floats per slot), sA/sB
 // the FP8 block-row scales and s the stage's index in the item (FP8 only). Accumulates into acc
 // (FP4: in units of S = 2⁶·s_x of the current 128-K block, cur[j][c] = that s_x).
-// kTerms (one-token calls, token slot 0 only): acc and cur are left alone; each term the
-// accumulator would have added — FP4 partial·s_w of a 32-K block (in units of its own block's S),
-// FP8 the 4-partial sum·(s_x·s_w) of a 128-K block — goes to `terms` (kTermsStage* floats of this
-// stage). Every scale is a power of two, so a term is exact and fl(acc + term) is the fma the
-// whole-K chain computes: moe_item's kHead role continues the chain over them, same bits.
-template <bool kFp8, int kBq, int kN, bool kTerms = false>
+template <bool kFp8, int kBq, int kN>
 __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* gs, const uint8_t* sA,
                                            const uint8_t* sB, int s, int lane, float (&acc)[2][4 * (kN / 8)],
-                                           float (&cur)[kN / 8][2], float* terms = nullptr) {
-  static_assert(!kTerms || kN == kTok, "terms: one-token calls (8-token chunks)");
+                                           float (&cur)[kN / 8][2]) {
   constexpr int kJ = kN / 8;
   constexpr int kXs = group_stage_xs(kN);
   const int g = lane >> 2, t = lane & 3;
@@ -365,15 +345,10 @@ __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* 
 #pragma unroll
           for (int i = 0; i < 4; ++i)
             ds[i] = ((d[h][0][4 * j + i] + d[h][1][4 * j + i]) + d[h][2][4 * j + i]) + d[h][3][4 * j + i];
-          if constexpr (kTerms) {
-            if (t == 0)
-              *reinterpret_cast<float2*>(terms + (hb * 8 + g) * 2) = make_float2(ds[0] * (xa * swA), ds[2] * (xa * swB));
-          } else {
-            acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
-            acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
-            acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
-            acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
-          }
+          acc[0][4 * j + 0] = fmaf(ds[0], xa * swA, acc[0][4 * j + 0]);
+          acc[0][4 * j + 1] = fmaf(ds[1], xb * swA, acc[0][4 * j + 1]);
+          acc[0][4 * j + 2] = fmaf(ds[2], xa * swB, acc[0][4 * j + 2]);
+          acc[0][4 * j + 3] = fmaf(ds[3], xb * swB, acc[0][4 * j + 3]);
         }
       }
     }
@@ -412,7 +387,7 @@ __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* 
 #pragma unroll
       for (int q = 0; q < kBq; ++q) {
         const int b = b0 + q, hb = b >> 2, kq = b & 3;
-        if (kq == 0 && !kTerms) {
+        if (kq == 0) {
 #pragma unroll
           for (int j = 0; j < kJ; ++j) {  // new 128-K activation block: u ← u·S_old/S_new (exact powers of two)
             const float na = hb ? sx4[j].y : sx4[j].x, nb = hb ? sx4[j].w : sx4[j].z;
@@ -429,20 +404,14 @@ __device__ __forceinline__ void stage_math(const uint8_t* wslot, const uint8_t* 
           const uint32_t sel = 0x0444u | (uint32_t(kq) << 12);
           const float sg = __uint_as_float(prmt(hb ? s0.y : s0.x, 0u, sel) >> 1);
           const float sg8 = __uint_as_float(prmt(hb ? s1.y : s1.x, 0u, sel) >> 1);
-          if constexpr (kTerms) {
-            if (t == 0)
-              *reinterpret_cast<float2*>(terms + (b * 2 + mt) * 16 + 2 * g) =
-                  make_float2(d[q][mt][0] * sg, d[q][mt][2] * sg8);
-          } else {
-            // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
-            // scales powers of two (normal range): cpu::Fp4Linear's order.
+          // acc in units of S = 2⁶·s_x: S·fl(u + d·s_w) == fl(acc + (partial·s_x)·s_w), all
+          // scales powers of two (normal range): cpu::Fp4Linear's order.
 #pragma unroll
-            for (int j = 0; j < kJ; ++j) {
-              acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
-              acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
-              acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
-              acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
-            }
+          for (int j = 0; j < kJ; ++j) {
+            acc[mt][4 * j + 0] = fmaf(d[q][mt][4 * j + 0], sg, acc[mt][4 * j + 0]);
+            acc[mt][4 * j + 1] = fmaf(d[q][mt][4 * j + 1], sg, acc[mt][4 * j + 1]);
+            acc[mt][4 * j + 2] = fmaf(d[q][mt][4 * j + 2], sg8, acc[mt][4 * j + 2]);
+            acc[mt][4 * j + 3] = fmaf(d[q][mt][4 * j + 3], sg8, acc[mt][4 * j + 3]);
           }
         }
       }

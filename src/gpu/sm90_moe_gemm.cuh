@@ -21,29 +21,18 @@ namespace dsv4::gpu::moe4 {
 // thread's index in it). `sub` of the FP8 rows: shared chunks appear twice, experts E and E+1.
 // Only the chunk's live tokens (ch.n) are copied; the stale slots only feed MMA columns that
 // are never stored. wsm: the warp's weight ring, gsm: the warpgroup's activation ring.
-// w_pre: the weights of the item's first kNs−1 stages were already issued as one commit group
-// (the kernel's prologue before the grid dependency resolved).
+// w_pre: the weights of stages 0..kNs−2 were already issued as one commit group (the
+// kernel's prologue before the grid dependency resolved).
 // Ring order per stage s: wait for stage s (own copies), proxy fence, warpgroup barrier (all
 // copies of s visible, all warps done with stage s−1), then refill the slot of s−1, then math.
-// kRole: kWhole — the item's whole K. The K-split pairs of one-token calls (moe_gemm_kernel's
-// kSplit; token slot 0 only): kTail runs stages nst/2..nst−1 and leaves their terms in `terms`
-// (stage_math's kTerms, the warp's buffer; it waits on pair barrier `pbar` + 2 — the head is done
-// with the previous item's terms — unless `first`, and arrives on `pbar` when they are stored);
-// kHead runs stages 0..nst/2−1, waits on `pbar`, continues the accumulator's chain over the
-// terms in K order (the same operations as kWhole, so the same bits) and runs the epilogue,
-// then arrives on `pbar` + 2 if the pair has a `more` item.
-enum ItemRole { kWhole, kHead, kTail };
-template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN, ItemRole kRole = kWhole>
+template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
-                                         uint8_t* gsm, int bar, int wt, bool w_pre, float* terms = nullptr,
-                                         int pbar = 0, bool first = true, bool more = false) {
-  static_assert(kRole == kWhole || (kN == kTok && kDiag == kDiagNone), "K-split: one-token calls, no diagnostics");
+                                         uint8_t* gsm, int bar, int wt, bool w_pre) {
   constexpr int kJ = kN / 8;                  // n8 column blocks of the wgmma (1 or 4)
   constexpr int kGs = group_stage_bytes(kN), kXs = group_stage_xs(kN);
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
   const int K = kUp ? p.D : p.I;
   const int nst = K / 256;                         // stages (256 K each)
-  const int s0 = kRole == kTail ? nst / 2 : 0, s1 = kRole == kHead ? nst / 2 : nst;  // this warpgroup's stages
   const int row0 = item_row0<kUp, kFp8>(p, ch.expert, tile);
   const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, row0);
   const uint8_t *sA = iw.sA, *sB = iw.sB;  // FP8: block-row scales
@@ -61,10 +50,9 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   const float* ssrc = (kUp ? p.xs : p.hs) + size_t(act_row(min(wt, kN - 1))) * (K / 128);
 
   auto issue = [&](int s, bool weights) {
-    if (s < s1) {
-      uint8_t* gs = gsm + ((s - s0) % kNs) * kGs;
-      if (weights && diag_copies_weights(kDiag))
-        issue_weights<kUp, kFp8>(iw, s, wsm + ((s - s0) % kNs) * kWarpStageBytes, lane);
+    if (s < nst) {
+      uint8_t* gs = gsm + (s % kNs) * kGs;
+      if (weights && diag_copies_weights(kDiag)) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
 #pragma unroll
       for (int u = 0; u < kJ; ++u)
         if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
@@ -81,58 +69,17 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 #pragma unroll
   for (int j = 0; j < kJ; ++j) cur[j][0] = cur[j][1] = 1.0f;
 #pragma unroll
-  for (int s = 0; s < kNs - 1; ++s) issue(s0 + s, !w_pre);
-  if (kRole == kTail && !first) pair_sync(pbar + 2);
-  for (int s = s0; s < s1; ++s) {
+  for (int s = 0; s < kNs - 1; ++s) issue(s, !w_pre);
+  for (int s = 0; s < nst; ++s) {
     cp_wait<kNs - 2>();
     fence_proxy_async();
     group_sync(bar);
     issue(s + kNs - 1, true);
     if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
-    const int sl = (s - s0) % kNs;
-    stage_math<kFp8, kBq, kN, kRole == kTail>(
-        wsm + sl * kWarpStageBytes, gsm + sl * kGs, sA, sB, s, lane, acc, cur,
-        kRole == kTail ? terms + (s - s0) * (kFp8 ? kTermsStageFp8 : kTermsStageFp4) : nullptr);
+    stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
   }
   cp_wait<0>();
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
-  if constexpr (kRole == kTail) {
-    pair_arrive(pbar);
-    return;
-  }
-  if constexpr (kRole == kHead) {  // the chain over the tail's terms (token slot 0: lanes t = 0, c = 0)
-    pair_sync(pbar);
-    if (t == 0) {
-      if constexpr (kFp8) {
-        for (int i = 0; i < 2 * (nst - s1); ++i) {  // 128-K blocks, K order
-          const float2 v = *reinterpret_cast<const float2*>(terms + i * 16 + 2 * g);
-          acc[0][0] += v.x;
-          acc[0][2] += v.y;
-        }
-      } else {
-        const float* xs_row = (kUp ? p.xs : p.hs) + size_t(act_row(0)) * (K / 128);
-#pragma unroll 4
-        for (int b = 8 * s1; b < 8 * nst; ++b) {  // 32-K blocks, K order
-          if ((b & 3) == 0) {  // new 128-K activation block: u ← u·S_old/S_new
-            const float na = __ldcg(xs_row + b / 4), ratio = pow2_ratio(cur[0][0], na);
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              acc[mt][0] *= ratio;
-              acc[mt][2] *= ratio;
-            }
-            cur[0][0] = na;
-          }
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            const float2 v = *reinterpret_cast<const float2*>(terms + ((b - 8 * s1) * 2 + mt) * 16 + 2 * g);
-            acc[mt][0] += v.x;
-            acc[mt][2] += v.y;
-          }
-        }
-      }
-    }
-    if (more) pair_arrive(pbar + 2);
-  }
   if constexpr (!kFp8) {  // u → acc = u·S
 #pragma unroll
     for (int j = 0; j < kJ; ++j) scale_cols<kJ>(acc, j, cur[j][0] * 64.0f, cur[j][1] * 64.0f);
@@ -189,16 +136,15 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 
 // Before the grid dependency resolves (programmatic dependent launch): issue the weights of
 // stages 0..kNs−2 of a warp's first item as one commit group (moe_item's w_pre).
-// role: the warp's moe_item role (the stages it runs: kHead the first half of K, kTail the second).
 template <bool kUp, bool kFp8, int kNs>
 __device__ __forceinline__ void prefetch_item_weights(const Params& p, int expert, int tile, uint8_t* wsm,
-                                                      int lane, ItemRole role) {
+                                                      int lane) {
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[expert];
   const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, item_row0<kUp, kFp8>(p, expert, tile));
-  const int nst = (kUp ? p.D : p.I) / 256, s0 = role == kTail ? nst / 2 : 0, s1 = role == kHead ? nst / 2 : nst;
+  const int nst = (kUp ? p.D : p.I) / 256;
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s)
-    if (s0 + s < s1) issue_weights<kUp, kFp8>(iw, s0 + s, wsm + s * kWarpStageBytes, lane);
+    if (s < nst) issue_weights<kUp, kFp8>(iw, s, wsm + s * kWarpStageBytes, lane);
   cp_commit();
 }
 
@@ -235,18 +181,11 @@ __device__ __forceinline__ int one_token_chunk_expert(const Params& p, int r) {
 // pdl_wait(): gate+up when it is a shared-expert item (chunks 0..shared_chunks(T, kN)−1 whatever
 // the routing), down always (its chunk list was written by the group kernel, which completed
 // before any gate+up CTA passed its pdl_wait and triggered this grid; read through L2).
-// kSplit (one-token calls, K/256 even and ≤ 16; the launcher checks): warpgroups 2i and 2i + 1
-// are a pair that takes the items a warpgroup takes otherwise, the first half of K on the head
-// (2i), the second on the tail (2i + 1), whose terms go through shared memory after the rings
-// (moe_item's kHead / kTail): each item's chain is half as long, its bits the same.
-template <bool kUp, int kNw, int kNs, int kDiag = kDiagNone, int kN = kTok, bool kSplit = false>
+template <bool kUp, int kNw, int kNs, int kDiag = kDiagNone, int kN = kTok>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_constant__ Params p) {
   static_assert(kNw % 4 == 0, "whole warpgroups");
   static_assert(kN == kTok || kN == kTokWide, "chunks of 8 or 32 tokens");
-  static_assert(!kSplit || (kNw % 8 == 0 && kN == kTok && kDiag == kDiagNone && kNw / 8 <= 2),
-                "K-split: pairs of warpgroups (≤ 2: pair barriers 5..8), one-token calls");
   constexpr int kNg = kNw / 4;
-  constexpr int kUnits = kSplit ? kNg / 2 : kNg;  // item takers per CTA (warpgroups or pairs)
   // 32-K blocks per wgmma batch (A fragments and partials live until its wait): the whole stage
   // (8) at 8 warps (255 registers), 4 at 12, 2 at 16 warps (128 registers), 1 with 32-token chunks
   // (16 partials each).
@@ -256,14 +195,8 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = warp >> 2, wt = threadIdx.x & 127;
   uint8_t* gsm = smem + grp * kNs * kGs;
   uint8_t* wsm = smem + kNg * kNs * kGs + warp * kNs * kWarpStageBytes;
-  const int unit = kSplit ? grp >> 1 : grp;
-  const bool tail = kSplit && (grp & 1);
-  const ItemRole role = !kSplit ? kWhole : tail ? kTail : kHead;
-  // the pair's terms buffer of this warp's tile (written by the tail's warp, read by the head's)
-  float* const terms = reinterpret_cast<float*>(smem + kNg * kNs * kGs + kNw * kNs * kWarpStageBytes) +
-                       (unit * 4 + (warp & 3)) * kTermsWarpFloats;
   const int groups = (kUp ? p.I / 16 : p.D / 32) / 4;  // tile groups per chunk
-  int item = unit * gridDim.x + blockIdx.x;
+  int item = grp * gridDim.x + blockIdx.x;
   bool w_pre = false;
   {
     const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
@@ -271,43 +204,30 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_gemm_kernel(const __grid_cons
     } else if constexpr (kUp) {
       const int nsc = p.has_shared ? shared_chunks(p.T, kN) : 0;
       if (ci < nsc) {
-        prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, wsm, lane, role);
+        prefetch_item_weights<true, true, kNs>(p, p.E + (ci & 1), tile, wsm, lane);
         w_pre = true;
       } else if (p.T == 1 && p.k <= kN) {
         const int expert = one_token_chunk_expert(p, ci - nsc);
         if (expert >= 0) {
-          prefetch_item_weights<true, false, kNs>(p, expert, tile, wsm, lane, role);
+          prefetch_item_weights<true, false, kNs>(p, expert, tile, wsm, lane);
           w_pre = true;
         }
       }
     } else if (ci < __ldcg(p.num_chunks)) {
       const int expert = __ldcg(&p.chunks[ci].expert);
-      if (expert >= p.E) prefetch_item_weights<false, true, kNs>(p, expert, tile, wsm, lane, role);
-      else prefetch_item_weights<false, false, kNs>(p, expert, tile, wsm, lane, role);
+      if (expert >= p.E) prefetch_item_weights<false, true, kNs>(p, expert, tile, wsm, lane);
+      else prefetch_item_weights<false, false, kNs>(p, expert, tile, wsm, lane);
       w_pre = true;
     }
   }
   pdl_wait();
   pdl_trigger();
   const int total = *p.num_chunks * groups;
-  for (bool first = true; item < total; item += gridDim.x * kUnits, first = false) {
+  for (; item < total; item += gridDim.x * kNg) {
     const int ci = item / groups, tile = (item - ci * groups) * 4 + (warp & 3);
     const Chunk ch = p.chunks[ci];
-    const bool fp8 = ch.expert >= p.E;
-    if constexpr (kSplit) {
-      const int pbar = 5 + unit;  // terms ready: 5 + unit; terms consumed: 7 + unit (+ 2)
-      const bool more = item + gridDim.x * kUnits < total;
-      if (tail) {
-        if (fp8) moe_item<kUp, true, kNs, kDiag, kBq, kN, kTail>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre, terms, pbar, first, more);
-        else moe_item<kUp, false, kNs, kDiag, kBq, kN, kTail>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre, terms, pbar, first, more);
-      } else {
-        if (fp8) moe_item<kUp, true, kNs, kDiag, kBq, kN, kHead>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre, terms, pbar, first, more);
-        else moe_item<kUp, false, kNs, kDiag, kBq, kN, kHead>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre, terms, pbar, first, more);
-      }
-    } else {
-      if (fp8) moe_item<kUp, true, kNs, kDiag, kBq, kN>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
-      else moe_item<kUp, false, kNs, kDiag, kBq, kN>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
-    }
+    if (ch.expert >= p.E) moe_item<kUp, true, kNs, kDiag, kBq, kN>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
+    else moe_item<kUp, false, kNs, kDiag, kBq, kN>(p, ch, ci, tile, wsm, gsm, 1 + grp, wt, w_pre);
     w_pre = false;
   }
 }
