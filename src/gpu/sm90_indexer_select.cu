@@ -96,21 +96,22 @@ __device__ __forceinline__ uint64_t composite(uint16_t key, int id) {
 
 // The row's picks in order and its output (every thread of the CTA calls it; one barrier):
 // sel [kIndexTopk] holds the `take` picks' composites (distinct, > 0) and zeros. Warp w < 16
-// sorts sel[32w, 32w + 32) descending by a shuffle bitonic network (15 steps) and stores the run
-// back; thread i < kIndexTopk then takes its element's output position — the count of greater
-// composites, found in each of the other 15 runs by a binary search (the searches independent,
-// so they overlap) plus its own place in its run — and writes its id there. topk_row [K]:
-// positions ≥ take get −1. (One barrier instead of the bitonic sort's ten or 45; in the one-CTA
-// kernel it measured no faster than its bitonic sort, which stays there: indexer round 6.)
+// sorts sel[32w, 32w + 32) descending by a shuffle bitonic network and stores the run back;
+// thread i < kIndexTopk then takes its element's output position — the count of greater
+// composites, found in each of the 16 runs (its own included) by a binary search, four runs'
+// searches interleaved — and writes its id there. topk_row [K]: positions ≥ take get −1.
+// The loops stay rolled: this code runs once a CTA, and in the model its code is cold — fetching
+// an unrolled body cost more than the loop overhead (H100, cold code: 8K rows 13.5 → 13.2 µs
+// against the bitonic sort, 128K 20.7 → 20.6; docs/attention-decode-rounds.md, indexer round 7).
 __device__ __forceinline__ void rank_and_write(uint64_t* sel, int K, int take, int32_t* topk_row) {
   constexpr int kRuns = kIndexTopk / 32;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   uint64_t v = 0;
   if (warp < kRuns) {
     v = sel[tid];
-#pragma unroll
+#pragma unroll 1
     for (int size = 2; size <= 32; size <<= 1)
-#pragma unroll
+#pragma unroll 1
       for (int stride = size >> 1; stride > 0; stride >>= 1) {
         const uint64_t o = __shfl_xor_sync(~0u, v, stride);
         const bool lower = (lane & stride) == 0, desc = (lane & size) == 0;  // size 32: all desc
@@ -120,18 +121,18 @@ __device__ __forceinline__ void rank_and_write(uint64_t* sel, int K, int take, i
   }
   __syncthreads();
   if (warp < kRuns && v != 0) {
-    int pos = lane;  // the greater elements of its own run
+    int pos = 0;
+#pragma unroll 1
+    for (int j0 = 0; j0 < kRuns; j0 += 4) {
+      int c[4];  // c[u] = #{i : run[i] > v} in run j0 + u (descending; v itself is not > v)
 #pragma unroll
-    for (int j = 0; j < kRuns; ++j) {
-      if (j == warp) continue;
-      const uint64_t* run = sel + 32 * j;
-      int c = run[31] > v ? 32 : 0;  // c = #{i : run[i] > v} (run descending, v not in it)
-      if (c == 0) {
+      for (int u = 0; u < 4; ++u) c[u] = sel[32 * (j0 + u) + 31] > v ? 32 : 0;
 #pragma unroll
-        for (int step = 16; step > 0; step >>= 1)
-          if (run[c + step - 1] > v) c += step;
-      }
-      pos += c;
+      for (int step = 16; step > 0; step >>= 1)
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (c[u] < 32 && sel[32 * (j0 + u) + c[u] + step - 1] > v) c[u] += step;
+      pos += (c[0] + c[1]) + (c[2] + c[3]);
     }
     topk_row[pos] = int32_t(0xffffffffu - uint32_t(v & 0xffffffffu));
   }
@@ -153,10 +154,10 @@ __device__ __forceinline__ void for_keys_l2(const uint16_t* keys, int c0, int c1
   for (; w < c1; ++w) fn(w, int(keys[w]));
 }
 
-// The one-CTA kernel: CTA r = row r. (Its probe instantiation spills 16 bytes at the 32
-// registers ptxas picks for it; the plain one does not.)
+// The one-CTA kernel: CTA r = row r. (40 registers, no spills in either instantiation; with no
+// minimum of one CTA an SM ptxas picked 32 and the probe instantiation spilled 16 bytes.)
 template <bool kProbe>
-__global__ void __launch_bounds__(kSelectThreads)
+__global__ void __launch_bounds__(kSelectThreads, 1)
     select_kernel(const __grid_constant__ IndexerArgs a, const uint16_t* __restrict__ keys_in,
                   const uint32_t* __restrict__ hist_in, int slices, long long* probe) {
   __shared__ long long stamps[kProbe ? kSelectProbeSlots : 1];
@@ -230,25 +231,8 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
   __syncthreads();
   select_mark<kProbe>(stamps, 6, t0);
-  // Bitonic sort of 512 composites, descending.
-  for (int size = 2; size <= kIndexTopk; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      if (tid < kIndexTopk / 2) {
-        const int i = 2 * tid - (tid & (stride - 1)), j = i + stride;
-        const bool desc = (i & size) == 0;
-        const uint64_t x = sel[i], y = sel[j];
-        if ((x < y) == desc) {
-          sel[i] = y;
-          sel[j] = x;
-        }
-      }
-      __syncthreads();
-    }
-  }
+  rank_and_write(sel, K, take, a.topk + int64_t(r) * K);
   select_mark<kProbe>(stamps, 7, t0);
-  for (int i = tid; i < K; i += kSelectThreads)
-    a.topk[int64_t(r) * K + i] =
-        i < take ? int32_t(0xffffffffu - uint32_t(sel[i] & 0xffffffffu)) : -1;
   if (tid == 0) a.count[r] = take;
   select_mark<kProbe>(stamps, 8, t0);
   select_probe_write<kProbe>(stamps, probe, r);
