@@ -11,7 +11,7 @@
 //
 // One-CTA kernel (rows of fewer keys): CTA r = row r, 1024 threads, thread i owning the i-th
 // contiguous id range; each pass re-reads the row's keys from L2, picks are appended through a
-// shared counter, the sort takes a CTA barrier a step.
+// shared counter and ordered by rank_and_write (one barrier).
 //
 // Cluster kernel (rows of ≥ kSelectClusterMinKeys keys): a row's ids are split into C contiguous
 // ranges over a cluster of C CTAs (C = 1..8, about kSelectKeysPerCta keys a CTA, at most
@@ -20,8 +20,9 @@
 // Each rank sums a share of the histogram slices; those sums, the ranks' low-byte histograms and
 // their counts of keys above / at T are exchanged through distributed shared memory. Every rank
 // stores its picks straight into rank 0's list at positions given by those counts (keys above T
-// first, ties after them in id order), and rank 0 orders (rank_and_write) and writes the row. Both give the same output
-// (sm90_indexer_topk_test.cu; DSV4_INDEXER_SELECT_CLUSTER = 1 / 0 forces either kernel).
+// first, ties after them in id order), and rank 0 orders (rank_and_write) and writes the row.
+// Both give the same output (sm90_indexer_topk_test.cu; DSV4_INDEXER_SELECT_CLUSTER = 1 / 0
+// forces either kernel).
 #include <cooperative_groups.h>
 
 #include <algorithm>
