@@ -6,7 +6,7 @@
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
-// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..p = 0..15 with PDL; ":" ";" "<" "=" ">" "?" = 10 .. 15]
+// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..r = 0..17 with PDL; ":" ";" "<" "=" ">" "?" "@" "A" = 10 .. 17]
 // DSV4_BENCH_T (e.g. "1,8,768"; any token counts up to 16384, in that order; unset: 1 … 256)
 // and DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick the table's rows.
 #include <cuda_runtime.h>
@@ -78,8 +78,9 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
 
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
-  // 0..15: moe_grouped_set_pipeline variants (2, 3, 5, 10: load-only, 6, 11, 14: math-only, 13,
-  // 15: neither — diagnostics); a..p: the same under programmatic dependent launch (PdlScope, as
+  // 0..17: moe_grouped_set_pipeline variants (2, 3, 5, 10: load-only, 6, 11, 14: math-only, 13,
+  // 15: neither; 16, 17: without the group (and combine) launch — diagnostics); a..r: the same
+  // under programmatic dependent launch (PdlScope, as
   // GpuModel's small decode passes).
   const char* variants = argc > 2 ? argv[2] : "0a1";
   cudaDeviceProp prop{};

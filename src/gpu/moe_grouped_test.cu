@@ -267,7 +267,10 @@ TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
   EXPECT_THROW(moe_grouped_set_pipeline(13), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(14), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(15), dsv4::Error);
-  EXPECT_THROW(moe_grouped_set_pipeline(16, true), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(16), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(17), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(18, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(17, true));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(15, true));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(12));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(9));

@@ -25,7 +25,7 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // Phases 1/2 CTA shape (moe_grouped_set_pipeline): variants 0..kMaxVariant, the diagnostics
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
-constexpr int kMaxVariant = 15;
+constexpr int kMaxVariant = 17;
 bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || v >= 13; }
 
 template <moe4::GemmShape kS, int kDiag>
@@ -298,7 +298,13 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
                    : variant >= 9 && variant <= 11 ? moe4::kWideN
                    : variant == 8                  ? moe4::kTokWide
                                                    : moe4::kTok;
-  launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
+  // Diagnostics 16 / 17 leave the group launch out once the workspace holds a T-token call's
+  // lists (its x codes and chunks are then the previous call's: wrong results, the same work at
+  // T = 1 with distinct experts).
+  if (!(variant == 16 || variant == 17) || ws.grouped_tokens_ != p.T) {
+    launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
+    ws.grouped_tokens_ = p.T;
+  }
   switch (variant) {
     case 9: launch_wide<moe4::kDiagNone>(p, grid, stream); break;
     case 10: launch_wide<moe4::kDiagLoadOnly>(p, grid, stream); break;
@@ -314,9 +320,9 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     case 13: launch_gemms<moe4::kShape8x4, moe4::kDiagSkeleton>(p, grid, stream); break;
     case 14: launch_gemms<moe4::kShape16x2, moe4::kDiagMathOnly>(p, grid, stream); break;
     case 15: launch_gemms<moe4::kShape16x2, moe4::kDiagSkeleton>(p, grid, stream); break;
-    default: launch_gemms<moe4::kShape8x4, moe4::kDiagNone>(p, grid, stream);  // 7
+    default: launch_gemms<moe4::kShape8x4, moe4::kDiagNone>(p, grid, stream);  // 7, 16, 17
   }
-  launch_pdl(moe4::moe_combine_kernel, dim3(p.T, (p.D + 1023) / 1024), dim3(256), 0, stream, p);
+  if (variant != 17) launch_pdl(moe4::moe_combine_kernel, dim3(p.T, (p.D + 1023) / 1024), dim3(256), 0, stream, p);
 }
 
 }  // namespace dsv4::gpu
