@@ -92,7 +92,9 @@ class MoeGroupedWorkspace {
   DeviceBuffer<float> xs_, pos_weight_, h_, hs_, y_, xr_, hr_;
   DeviceBuffer<int> pos_token_, slot_pos_, num_chunks_;
   DeviceBuffer<unsigned> arrive_;
-  int grouped_tokens_ = 0;  // T of the last group launch enqueued on it (diagnostics 16 / 17)
+  // T and shared expert (or not) of the last group launch enqueued on it (diagnostics 16 / 17)
+  int grouped_tokens_ = 0;
+  bool grouped_shared_ = false;
 };
 
 struct MoeGroupedArgs {
@@ -119,8 +121,8 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // unless allow_diagnostic): 2, 3 and 5 stream the weights of 8 × 4, 12 × 3 and 16 × 2 without the
 // math; 6 runs 8 × 4's math without the weight copies; 10 / 11: the wide kernels' copies without
 // the math / math without the copies; 16 / 17: 8 × 4 without the group launch (17: nor the combine
-// launch), on the lists a previous call of the same T left in the workspace — what the launch
-// costs in the chain. The environment variable DSV4_MOE_VARIANT (read once)
+// launch), on the lists a previous call of the same T (and shared expert or not) left in the
+// workspace — what the launch costs in the chain. The environment variable DSV4_MOE_VARIANT (read once)
 // picks a variant with right results for every call that this knob leaves at 0 (A/B runs of
 // the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
