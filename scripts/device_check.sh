@@ -14,7 +14,10 @@
 #   select: the indexer's top-k selection kernels (issue 7): the indexer tests with each kernel
 #         forced (DSV4_INDEXER_SELECT_CLUSTER=1 / 0; unset, rows of ≥ 32K keys take the cluster
 #         kernel), `gpu_sparse_decode_bench indexer probe` for both (DSV4_BENCH_CTX / _B pick rows).
-#   tp, flash, ttft and select run only when named in --only.
+#   moe1: the one-token MoE chain (issue 6): 8 × 4 (PDL) against diagnostics 16 / 17 — without the
+#         group launch / nor the combine — twice, uniform and routed only: what a group-free T = 1
+#         path can buy (docs/moe-grouped.md, the plan after round 19).
+#   tp, flash, ttft, select and moe1 run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
 # A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
@@ -153,6 +156,8 @@ flash_serve() {
 
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe_test timeout 60 "$BUILD/src/gpu/moe_grouped_test"
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15
+want moe1 && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] &&
+  run moe1_bench env DSV4_BENCH_T=1 DSV4_BENCH_KINDS=0,2 timeout 90 "$BUILD/src/gpu/moe_grouped_bench" 15 hqrhqr
 want lin && [ -x "$BUILD/src/gpu/gpu_linear_bench" ] && run linear_bench timeout 120 "$BUILD/src/gpu/gpu_linear_bench" 9
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ] && run attn_bench timeout 150 "$BUILD/src/gpu/gpu_sparse_decode_bench"
