@@ -301,7 +301,9 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // Diagnostics 16 / 17 leave the group launch out once the workspace holds the lists of a call
   // with the same T and shared expert (its x codes and chunks are then the previous call's: wrong
   // results, the same work at T = 1 with distinct experts).
-  if (!(variant == 16 || variant == 17) || ws.grouped_tokens_ != p.T || ws.grouped_shared_ != p.has_shared) {
+  const bool reuse_lists = (variant == 16 || variant == 17) && ws.grouped_tokens_ == p.T &&
+                           ws.grouped_shared_ == p.has_shared;
+  if (!reuse_lists) {
     launch_pdl(moe4::moe_group_kernel, dim3(p.T + 1), dim3(1024), 0, stream, p);
     ws.grouped_tokens_ = p.T;
     ws.grouped_shared_ = p.has_shared;
