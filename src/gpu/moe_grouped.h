@@ -91,7 +91,7 @@ class MoeGroupedWorkspace {
   DeviceBuffer<uint8_t> xq_, hq_, chunks_;
   DeviceBuffer<float> xs_, pos_weight_, h_, hs_, y_, xr_, hr_;
   DeviceBuffer<int> pos_token_, slot_pos_, num_chunks_;
-  DeviceBuffer<unsigned> arrive_;
+  DeviceBuffer<unsigned> arrive_, sync1_;
   // T and shared expert (or not) of the last group launch enqueued on it (diagnostics 16 / 17)
   int grouped_tokens_ = 0;
   bool grouped_shared_ = false;
@@ -114,7 +114,8 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the GEMM
 // launches — 0 (default): 16 warps × 2-stage rings from 2 tokens, 8 × 4 at 1, 8 from 640, 12 from
-// 896 tokens, 9 from 3072; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 8: 8 × 4
+// 896 tokens, 9 from 3072; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 18: one-token calls
+// (T = 1, top_k ≤ 8) in one launch with 8 × 4's items (others as 7); 8: 8 × 4
 // with chunks of 32 tokens; 9: the wide kernels (chunks of 128 tokens, two warpgroups per CTA on
 // one chunk; sm90_moe_wide.cuh); 12: the wide kernels with chunks of 64 tokens (one column half).
 // Every variant gives the same bits. Diagnostics (wrong results, so refused
@@ -126,5 +127,11 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // (read once) picks a variant with right results for every call that this knob leaves at 0
 // (A/B runs of the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
+
+// Benchmarks: the one-token launch (variant 18) stamps globaltimer ns into device_buf, 8 events a
+// warpgroup ([2 · SMs][8]: entry, plan read, x quantized, gate+up done, h ready for the first down
+// item, down done, exit; [0][7]: the last 128-row block combined; 0 = not reached, so clear it
+// first). nullptr (the default): off. Process-wide, read at enqueue time.
+void moe_grouped_set_probe(unsigned long long* device_buf);
 
 }  // namespace dsv4::gpu

@@ -6,19 +6,24 @@
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
-// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..r = 0..17 with PDL; ":" ";" "<" "=" ">" "?" "@" "A" = 10 .. 17]
+// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..s = 0..18 with PDL; ":" ";" "<" "=" ">" "?" "@" "A" "B" = 10 .. 18]
 // DSV4_BENCH_T (e.g. "1,8,768"; any token counts up to 16384, in that order; unset: 1 … 256)
 // and DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick the table's rows.
+// DSV4_BENCH_COLD_MB / DSV4_BENCH_COLD_CODE add a line per case timed as the model runs it (cold_line);
+// DSV4_MOE_PROBE=1 the one-token launch's phase stamps (probe_line).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "base/env.h"
+#include "gpu/bench_cold.cuh"
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/moe_grouped.h"
@@ -74,15 +79,97 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
   CUDA_CHECK_LAUNCH();
 }
 
+// DSV4_MOE_PROBE=1: after each case, one call of the one-token launch (variant 18) with its
+// probe on (moe_grouped_set_probe), after a read of DSV4_BENCH_COLD_MB MB (and the code sweep
+// with DSV4_BENCH_COLD_CODE=1) when set: per event, µs since the first warpgroup's entry — min,
+// median and max over the warpgroups that reached it.
+void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(int)>& call) {
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int n = 2 * sms * 8;
+  DeviceBuffer<unsigned long long> buf{size_t(n)};
+  DeviceBuffer<uint4> rd((size_t(std::max(mb, 1)) << 20) / sizeof(uint4));
+  DeviceBuffer<uint32_t> sink(1);
+  DeviceBuffer<float> fsink(1);
+  rd.fill_bytes(0);
+  buf.fill_bytes(0);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  if (mb > 0) bench::l2_evicting_read(rd.get(), rd.size() * sizeof(uint4), sink.get(), st);
+  if (sweep)
+    [&]<int... k>(std::integer_sequence<int, k...>) {
+      ((bench::icache_sweep<(k + 1) << 12><<<4 * sms, 128, 0, st>>>(fsink.get(), 1.0f)), ...);
+    }(std::make_integer_sequence<int, 4>{});
+  moe_grouped_set_probe(buf.get());
+  call(0);
+  moe_grouped_set_probe(nullptr);
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  const std::vector<unsigned long long> v = buf.download();
+  unsigned long long t0 = ~0ull;
+  for (int w = 0; w < 2 * sms; ++w)
+    if (v[w * 8] != 0) t0 = std::min(t0, v[w * 8]);
+  const char* names[8] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined"};
+  std::printf("  probe (us since the first entry; min/med/max over warpgroups):");
+  for (int e = 0; e < 8; ++e) {
+    std::vector<double> t;
+    for (int w = 0; w < 2 * sms; ++w)
+      if (v[w * 8 + e] != 0) t.push_back(double(v[w * 8 + e] - t0) / 1e3);
+    if (t.empty()) continue;
+    std::sort(t.begin(), t.end());
+    std::printf(" %s %.1f/%.1f/%.1f", names[e], t.front(), t[t.size() / 2], t.back());
+  }
+  std::printf("\n");
+}
+
+// DSV4_BENCH_COLD_MB=N (DSV4_BENCH_COLD_CODE=1: and the code sweep): a line per case with the
+// calls timed as the model runs them (bench::cold_trace: each call after a read of N MB), a
+// call's time being the span of its MoE launches (first start to last end, CUPTI).
+void cold_line(cudaStream_t st, int mb, bool sweep, double bytes, double bw, const std::function<void(int)>& call) {
+  std::string why;
+  const bench::ColdTrace ct = bench::cold_trace(st, mb, sweep, call, [](int) {}, &why);
+  std::vector<dsv4::gpu::prof::KernelRecord> recs = ct.records;
+  std::sort(recs.begin(), recs.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  std::vector<double> spans;
+  uint64_t lo = 0, hi = 0;
+  bool open = false;
+  for (const auto& r : recs) {
+    const bool moe = r.name.find("moe4") != std::string::npos;
+    if (moe) {
+      lo = open ? std::min(lo, r.start_ns) : r.start_ns;
+      hi = open ? std::max(hi, r.end_ns) : r.end_ns;
+      open = true;
+    } else if (open) {
+      spans.push_back(double(hi - lo) / 1e3);
+      open = false;
+    }
+  }
+  if (open) spans.push_back(double(hi - lo) / 1e3);
+  if (spans.size() != size_t(bench::kColdCalls * bench::kColdReplays)) {
+    std::printf("  cold: %zu calls traced of %d (%s; CUPTI dropped %lld)\n", spans.size(),
+                bench::kColdCalls * bench::kColdReplays, why.empty() ? "records missing" : why.c_str(),
+                static_cast<long long>(ct.dropped));
+    return;
+  }
+  std::sort(spans.begin(), spans.end());
+  const double med = spans[spans.size() / 2];
+  std::printf("  cold (%d MB read%s before each call, CUPTI span of the MoE launches): %.2f us median "
+              "(min %.2f max %.2f) %7.1f GB/s %5.1f%%\n",
+              mb, sweep ? " and the code sweep" : "", med, spans.front(), spans.back(), bytes / (med * 1e3),
+              100.0 * bytes / (med * 1e-6) / bw);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
   // 0..17: moe_grouped_set_pipeline variants (2, 3, 5, 10: load-only, 6, 11, 14: math-only, 13,
-  // 15: neither; 16, 17: without the group (and combine) launch — diagnostics); a..r: the same
+  // 15: neither; 16, 17: without the group (and combine) launch — diagnostics; 18: T = 1 in one
+  // launch); a..s: the same
   // under programmatic dependent launch (PdlScope, as
   // GpuModel's small decode passes).
   const char* variants = argc > 2 ? argv[2] : "0a1";
+  const int cold_mb = dsv4::env_int("DSV4_BENCH_COLD_MB", 0);
+  const bool cold_sweep = dsv4::env_int("DSV4_BENCH_COLD_CODE", 0) != 0;
+  const bool probe = dsv4::env_int("DSV4_MOE_PROBE", 0) != 0;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int drv = 0, rt = 0;
@@ -191,7 +278,7 @@ int main(int argc, char** argv) {
           moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
           CUDA_CHECK(cudaStreamSynchronize(st));
         }
-        const auto us = bench::stats(bench::capture_and_time(st, NI, replays, [&](int i) {
+        auto call = [&](int i) {
           MoeGroupedArgs a;
           a.tokens = T;
           a.x = x.get();
@@ -201,7 +288,8 @@ int main(int argc, char** argv) {
           if (kind != 2) a.shared = sh[i % NSH];
           a.out = out.get();
           moe_grouped_forward(a, kind == 3 ? ws0 : ws, st);
-        }));
+        };
+        const auto us = bench::stats(bench::capture_and_time(st, NI, replays, call));
         const double ex = kind == 3 ? 0 : distinct;
         const double bytes = ex * kExpertBytes + (kind != 2 ? kSharedBytes : 0) + 2.0 * T * D * 4;
         const float med = us.med;
@@ -210,6 +298,8 @@ int main(int argc, char** argv) {
         std::printf("%-14s %4d %8.1f %9.2f %9.2f %9.2f %9.2f %8.1f %6.1f%% %8.1f\n", kinds[kind], T, ex, bytes / 1e6,
                     med, us.lo, us.hi, bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw,
                     flops / (med * 1e-6) / 1e12);
+        if (cold_mb > 0) cold_line(st, cold_mb, cold_sweep, bytes, bw, call);
+        if (probe && T == 1 && (pdl ? *v - 'a' : *v - '0') == 18) probe_line(st, cold_mb, cold_sweep, call);
       }
     }
     std::printf("\n");

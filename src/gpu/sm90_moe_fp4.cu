@@ -10,6 +10,7 @@
 #include "gpu/sm90_moe_fp4.cuh"
 #include "gpu/sm90_moe_gemm.cuh"
 #include "gpu/sm90_moe_group.cuh"
+#include "gpu/sm90_moe_one_token.cuh"
 #include "gpu/sm90_moe_wide.cuh"
 
 namespace dsv4::gpu {
@@ -25,8 +26,9 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // Phases 1/2 CTA shape (moe_grouped_set_pipeline): variants 0..kMaxVariant, the diagnostics
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
-constexpr int kMaxVariant = 17;
-bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || v >= 13; }
+std::atomic<unsigned long long*> g_probe{nullptr};
+constexpr int kMaxVariant = 18;
+bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 17); }
 
 template <moe4::GemmShape kS, int kDiag>
 void set_smem_attr() {
@@ -101,6 +103,8 @@ int sm_count() {
     set_wide_smem_attr<kDiagLoadOnly>();
     set_wide_smem_attr<kDiagMathOnly>();
     set_wide_smem_attr<kDiagNone, kWideHalfN>();
+    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
   });
   return counts[dev];
 }
@@ -170,11 +174,13 @@ void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
   DSV4_CHECK(s.max_tokens >= 1, "grouped MoE: max_tokens ", s.max_tokens);
   shape_ = s;
   const size_t T = s.max_tokens, P = max_positions(s), C = max_chunks(s);
+  // x's codes: T rows, and at least one row per SM (the one-token launch's per-CTA copies).
+  const size_t xrows = std::max<size_t>(T, size_t(sm_count()));
   // The wide kernels address xq / hq rows by 32-bit byte offsets.
   DSV4_CHECK(T * s.hidden < (size_t{1} << 31) && P * s.inter < (size_t{1} << 31), "grouped MoE: ", s.max_tokens,
              " tokens make the Q8 activation arrays 2 GiB or more");
-  xq_.resize(T * s.hidden);
-  xs_.resize(T * s.hidden / 128);
+  xq_.resize(xrows * s.hidden);
+  xs_.resize(xrows * s.hidden / 128);
   pos_token_.resize(P);
   pos_weight_.resize(P);
   slot_pos_.resize(std::max<size_t>(1, T * s.top_k));
@@ -188,11 +194,14 @@ void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
   y_.resize(P * s.hidden);
   xr_.resize(T * s.hidden / 64);
   hr_.resize(P * s.inter / 64);
+  sync1_.resize(moe4::kOneTokenRows + s.hidden / 128 + 1);
+  sync1_.fill_bytes(0);
 }
 
 size_t MoeGroupedWorkspace::bytes() const {
   return xq_.bytes() + hq_.bytes() + chunks_.bytes() + xs_.bytes() + pos_weight_.bytes() + h_.bytes() + hs_.bytes() +
-         y_.bytes() + xr_.bytes() + hr_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes();
+         y_.bytes() + xr_.bytes() + hr_.bytes() + pos_token_.bytes() + slot_pos_.bytes() + num_chunks_.bytes() + arrive_.bytes() +
+         sync1_.bytes();
 }
 
 void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExpertPtrs& shared, int hidden,
@@ -222,6 +231,8 @@ void moe_repack_experts(const MoeExpertPtrs& routed, int64_t count, const MoeExp
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch goes
 }
+
+void moe_grouped_set_probe(unsigned long long* device_buf) { g_probe.store(device_buf, std::memory_order_relaxed); }
 
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic) {
   DSV4_CHECK(variant >= 0 && variant <= kMaxVariant, "grouped MoE: unknown pipeline variant ", variant);
@@ -268,6 +279,8 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   p.y = ws.y_.get();
   p.xr = ws.xr_.get();
   p.hr = ws.hr_.get();
+  p.sync1 = ws.sync1_.get();
+  p.probe = g_probe.load(std::memory_order_relaxed);
   p.out = a.out;
   const int grid = sm_count();
   // Default: 16 warps × 2-stage rings from 2 tokens (H200: −9 % at T=2 and T=4, −8 % at T=8,
@@ -292,6 +305,17 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   if (variant == 0) variant = env_variant;
   if (variant == 0)
     variant = p.T >= 3072 ? 9 : p.T >= 896 ? 12 : p.T >= 640 ? 8 : p.T >= 2 ? 4 : 7;
+  // Variant 18 (the one-token launch, sm90_moe_one_token.cuh) serves T = 1 with k ≤ 8; other
+  // calls run 7, its items' CTA shape.
+  if (variant == 18) {
+    if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
+      p.chunk_tokens = moe4::kTok;
+      launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x4.warps, moe4::kShape8x4.stages>, dim3(grid),
+                 dim3(moe4::kShape8x4.warps * 32), moe4::kShape8x4.smem(), stream, p);
+      return;
+    }
+    variant = 7;
+  }
   // The chunk size the variant's gemm kernels were built for (variants 13–15, 8-token kernels,
   // once got the wide kernels' 128 here: their shared expert ran one chunk in 16 at T = 64).
   p.chunk_tokens = variant == 12                 ? moe4::kWideHalfN

@@ -123,7 +123,16 @@ struct Params {
   // h's [P+T, I/256, 4].
   float* xr;
   float* hr;
+  // One-token launch's counters (moe_one_token_kernel), zero between calls: h's readiness per
+  // chunk key [kOneTokenRows], then y's arrived rows per 128-row block [D/128], then the blocks
+  // combined [1].
+  unsigned* sync1;
+  // Benchmarks (moe_grouped_set_probe): the one-token launch's globaltimer stamps, [warpgroup]
+  // [kProbeEvents] ns (nullptr: none).
+  unsigned long long* probe;
 };
+constexpr int kProbeEvents = 8;
+constexpr int kOneTokenRows = 16;  // offset of the row counts in Params::sync1 (≥ 2 + kTok chunk keys)
 
 // Chunks of the shared expert for T tokens: ⌈T/ct⌉ chunks of ct = chunk_tokens, each listed twice
 // (two row halves).

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gpu/sm90_moe_fp4.cuh"
+#include "gpu/sm90_moe_group.cuh"  // the one-token plan and epilogues (moe_item<kT1>)
 
 namespace dsv4::gpu::moe4 {
 
@@ -25,9 +26,14 @@ namespace dsv4::gpu::moe4 {
 // kernel's prologue before the grid dependency resolved).
 // Ring order per stage s: wait for stage s (own copies), proxy fence, warpgroup barrier (all
 // copies of s visible, all warps done with stage s−1), then refill the slot of s−1, then math.
-template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN>
+// kT1 (moe_one_token_kernel, sm90_moe_one_token.cuh): the token's x codes are row blockIdx.x of
+// xq / xs (the CTA's own copy), the routing weights plan->pw, and the epilogues also publish h's
+// readiness per expert (gate+up) and combine each 128-row block of y once all its rows are in
+// (down).
+template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN, bool kT1 = false>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
-                                         uint8_t* gsm, int bar, int wt, bool w_pre) {
+                                         uint8_t* gsm, int bar, int wt, bool w_pre,
+                                         const OneTokenPlan* plan = nullptr) {
   constexpr int kJ = kN / 8;                  // n8 column blocks of the wgmma (1 or 4)
   constexpr int kGs = group_stage_bytes(kN), kXs = group_stage_xs(kN);
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
@@ -42,7 +48,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   const int tn = wt & 7, tq = wt >> 3;
   auto act_row = [&](int slot) {
     const int i = min(slot, ch.n - 1);
-    return kUp ? p.pos_token[ch.pos + i] : ch.pos + i;
+    return kUp ? (kT1 ? int(blockIdx.x) : p.pos_token[ch.pos + i]) : ch.pos + i;
   };
   const uint8_t* asrc[kJ];
 #pragma unroll
@@ -98,7 +104,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
           const int i = 8 * j + 2 * t + c;
           const float hv = swiglu_h<!kFp8>(kFp8 ? acc[0][4 * j + c] : acc[0][4 * j + 2 * r + c],
                                            kFp8 ? acc[0][4 * j + 2 + c] : acc[1][4 * j + 2 * r + c], p.limit,
-                                           kFp8 ? 1.0f : p.pos_weight[ch.pos + min(i, ch.n - 1)]);
+                                           kFp8 ? 1.0f : (kT1 ? plan->pw : p.pos_weight)[ch.pos + min(i, ch.n - 1)]);
           if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = hv;
         }
     // The last of the 128/kRows items covering this 128-wide I block quantizes it (Q8, per
@@ -117,6 +123,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
         q8_block_store(v, lane, qb * 128, p.hq + pos * p.I, p.hs + pos * nqb + qb);
       }
       if (lane == 0) p.arrive[ci * nqb + qb] = 0;
+      if constexpr (kT1) one_token_h_ready(p, kFp8 ? 0 : ci, lane);
     }
   } else {
 #pragma unroll
@@ -131,6 +138,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
             if (i < ch.n)
               p.y[size_t(ch.pos + i) * p.D + row0 + mt * 16 + g + 8 * r] = round_bf16(acc[mt][4 * j + 2 * r + c]);
           }
+    if constexpr (kT1) one_token_combine(p, *plan, row0, kFp8 ? 16 : 32, lane);
   }
 }
 

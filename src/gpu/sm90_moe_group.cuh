@@ -4,6 +4,7 @@
 // sm90_moe_wide.cuh). Device side, included by sm90_moe_fp4.cu.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "gpu/sm90_moe_fp4.cuh"
@@ -150,6 +151,95 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const __grid_constant_
                                                                         round_bf16(acc.y + sh.y),
                                                                         round_bf16(acc.z + sh.z),
                                                                         round_bf16(acc.w + sh.w));
+}
+
+// One-token calls in one launch (moe_one_token_kernel, sm90_moe_one_token.cuh): the group
+// kernel's lists for T = 1, k ≤ kTok, computed by every CTA from ids. Positions: the routed
+// slots in ascending (clamped) expert id, ties in slot order — the order the combine sums in —
+// then the shared expert at position k (= P); chunks: the shared expert's two halves (when
+// present), then one per distinct routed expert, ascending (the group kernel's chunks for T = 1).
+struct OneTokenPlan {
+  int nch;        // chunks
+  unsigned rows;  // y rows that complete a 128-row block: 128 × (distinct routed experts + shared)
+  Chunk ch[2 + kTok];
+  float pw[kTok];  // routing weight of routed position j
+};
+
+// Warp 0 of a CTA fills the plan: lane j < k loads slot j's id and weight once (through L2:
+// the router wrote them), the rest is register and shuffle work.
+__device__ __forceinline__ void one_token_plan(const Params& p, OneTokenPlan& pl) {
+  const int i = threadIdx.x & 31, nsc = p.has_shared ? 2 : 0;
+  const bool live = i < p.k;
+  const int e = live ? min(max(__ldcg(p.ids + i), 0), p.E - 1) : INT_MAX;
+  const float w = live ? __ldcg(p.weights + i) : 0.0f;
+  int rank = 0, cnt = 0;  // position, slots of e
+  bool first = live;      // the first slot of e
+  for (int j = 0; j < p.k; ++j) {
+    const int ej = __shfl_sync(0xffffffffu, e, j);
+    rank += ej < e || (ej == e && j < i);
+    cnt += ej == e;
+    first = first && !(ej == e && j < i);
+  }
+  const unsigned firsts = __ballot_sync(0xffffffffu, first);
+  int below = 0;  // distinct experts below e
+  for (int j = 0; j < p.k; ++j) below += ((firsts >> j) & 1u) && __shfl_sync(0xffffffffu, e, j) < e;
+  if (live) pl.pw[rank] = w;
+  if (first) pl.ch[nsc + below] = Chunk{e, rank, cnt};
+  if (i == 0) {
+    const int nd = __popc(firsts);
+    for (int h = 0; h < nsc; ++h) pl.ch[h] = Chunk{p.E + h, p.k, 1};
+    pl.nch = nsc + nd;
+    pl.rows = 128u * unsigned(nd + (p.has_shared ? 1 : 0));
+  }
+}
+
+// Gate+up epilogue, after a 128-wide block of h's codes is stored: one more block of chunk key
+// `key` (the shared expert's two halves share key 0) is ready; down items wait for I/128.
+__device__ __forceinline__ void one_token_h_ready(const Params& p, int key, int lane) {
+  __threadfence();
+  if (lane == 0) atomicAdd(&p.sync1[key], 1u);
+}
+
+// Down epilogue, after a warp stored its `rows` rows of y from row0 (all in one 128-row block):
+// the warp that completes the block sums it as moe_combine_kernel does (out = bf16(Σ positions
+// 0..k−1 in order + shared)); the one that combines the last block resets the readiness keys.
+__device__ __forceinline__ void one_token_combine(const Params& p, const OneTokenPlan& pl, int row0, int rows,
+                                                  int lane) {
+  unsigned* cnt = p.sync1 + kOneTokenRows + row0 / 128;
+  __threadfence();
+  __syncwarp();
+  unsigned old = 0;
+  if (lane == 0) old = atomicAdd(cnt, unsigned(rows));
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old + unsigned(rows) != pl.rows) return;
+  __threadfence();
+  const int c = row0 / 128 * 128 + lane * 4;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j = 0; j < p.k; ++j) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.y + size_t(j) * p.D + c));
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
+  }
+  const float4 sh = p.has_shared ? __ldcg(reinterpret_cast<const float4*>(p.y + size_t(p.k) * p.D + c))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  *reinterpret_cast<float4*>(p.out + c) = make_float4(round_bf16(acc.x + sh.x), round_bf16(acc.y + sh.y),
+                                                      round_bf16(acc.z + sh.z), round_bf16(acc.w + sh.w));
+  if (lane == 0) {
+    *cnt = 0;
+    unsigned* done = p.sync1 + kOneTokenRows + p.D / 128;
+    __threadfence();
+    if (atomicAdd(done, 1u) == unsigned(p.D / 128 - 1)) {  // every down item is past its wait
+      for (int key = 0; key < pl.nch; ++key) p.sync1[key] = 0;
+      *done = 0;
+      if (p.probe != nullptr) {  // the last block combined (probe event 7 of warpgroup 0)
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        p.probe[7] = t;
+      }
+    }
+  }
 }
 
 }  // namespace dsv4::gpu::moe4

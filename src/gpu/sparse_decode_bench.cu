@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "base/env.h"
+#include "gpu/bench_cold.cuh"
 #include "gpu/bench_timing.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/cupti_trace.h"
@@ -147,17 +148,6 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
   std::printf("\n");
 }
 
-// ~4K straight-line instructions (~65 KB of code) an instantiation; the four of cold_calls run
-// ~260 KB of code on every SM: the step's other kernels, whose code takes the attention's place
-// in the SMs' instruction caches and in L2.
-template <int kSeed>
-__global__ void icache_sweep(float* sink, float x) {
-  float a = x;
-#pragma unroll
-  for (int i = 0; i < 4096; ++i) a = fmaf(a, 0.999f, float(i + kSeed));
-  if (a == 1234.5f) *sink = a;  // (practically) never: keeps the chain
-}
-
 // The kernels cold_calls reports (substrings of their mangled names): one `timed` kernel a call,
 // whose median it prints, and `counted` ones added to the per-call total (`total_label`). The
 // case's bytes are rated against the timed median, or against the total when rate_on_total.
@@ -200,40 +190,13 @@ bool name_has_any(const std::string& name, const std::vector<std::string>& parts
 void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, const ColdKernels& kernels,
                 const std::function<void(int)>& call, const std::function<void(int)>& before) {
   std::string why;
-  if (!cupti::load(&why)) {
-    std::printf("  cold: no CUPTI (%s)\n", why.c_str());
+  const bench::ColdTrace ct = bench::cold_trace(s, mb, sweep, call, before, &why);
+  const std::vector<prof::KernelRecord>& recs = ct.records;
+  if (recs.empty()) {
+    std::printf("  cold: no CUPTI records (%s)\n", why.empty() ? "none traced" : why.c_str());
     return;
   }
-  DeviceBuffer<uint4> buf((size_t(mb) << 20) / sizeof(uint4));
-  DeviceBuffer<uint32_t> sink(1);
-  DeviceBuffer<float> fsink(1);
-  buf.fill_bytes(0);
-  int sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 8; ++i) {
-    bench::l2_evicting_read(buf.get(), buf.size() * sizeof(uint4), sink.get(), s);
-    if (sweep)  // four instantiations: four distinct ~65 KB bodies
-      [&]<int... k>(std::integer_sequence<int, k...>) {
-        ((icache_sweep<(k + 1) << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i))), ...);
-      }(std::make_integer_sequence<int, 4>{});
-    before(i);
-    call(i);
-  }
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-  CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  cupti::KernelTrace trace;
-  trace.start();
-  constexpr int kReplays = 10;
-  for (int r = 0; r < kReplays; ++r) CUDA_CHECK(cudaGraphLaunch(exec, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  const std::vector<prof::KernelRecord> recs = trace.stop();
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(g));
+  constexpr int kReplays = bench::kColdReplays;
   std::vector<double> timed;
   double total = 0.0;
   for (const prof::KernelRecord& r : recs) {
@@ -242,9 +205,9 @@ void cold_calls(cudaStream_t s, int mb, bool sweep, double bytes, double peak, c
     if (is_timed) timed.push_back(us);
     if (is_timed || name_has_any(r.name, kernels.counted)) total += us;
   }
-  if (timed.size() != size_t(8 * kReplays)) {
+  if (timed.size() != size_t(bench::kColdCalls * kReplays)) {
     std::printf("  cold: %zu %s records of %d calls (CUPTI dropped %lld)\n", timed.size(), kernels.timed_label,
-                8 * kReplays, static_cast<long long>(trace.dropped_records()));
+                bench::kColdCalls * kReplays, static_cast<long long>(ct.dropped));
     return;
   }
   std::sort(timed.begin(), timed.end());

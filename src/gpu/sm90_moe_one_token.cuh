@@ -1,0 +1,132 @@
+// The grouped MoE of a one-token call (T = 1, k ≤ kTok) in one launch (pipeline variant 18;
+// docs/moe-grouped.md round 20): the group, gate+up, down and combine launches of the decode-sized
+// path folded into one persistent grid with the 8 × 4 gemm kernel's items, rings and math
+// (moe_item<kT1>), so the same bits. sm_90a only; included by sm90_moe_fp4.cu.
+//   * No group launch: every CTA computes the lists from ids (one_token_plan) and quantizes x
+//     into its own row blockIdx.x of xq / xs (the same q8_block_store).
+//   * Items: all gate+up items (chunk, 4 row tiles), then all down items, dealt round-robin to
+//     the grid's warpgroups, so a warpgroup's down items come after its gate+up items and gate+up
+//     items never wait (no deadlock while every CTA of the grid can become resident).
+//   * h per expert, not per grid: the gate+up item that quantizes a 128-wide block of h counts it
+//     for its chunk (one_token_h_ready); a down item first issues its weights' first stages,
+//     then waits only for its own expert's I/128 blocks.
+//   * The combine in the down tail: the warp that completes a 128-row block of y sums it
+//     (one_token_combine), and the last such warp resets the counters for the next call.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/sm90_moe_gemm.cuh"
+#include "gpu/sm90_moe_group.cuh"
+
+namespace dsv4::gpu::moe4 {
+
+// Probe events (Params::probe): entry, plan read, x quantized, gate+up items done, h ready for
+// the first down item, down items done, exit; 7: the last block combined (its warpgroup's row).
+enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined };
+__device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int wt) {
+  if (p.probe == nullptr || wt != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  p.probe[wg * kProbeEvents + ev] = t;
+}
+
+// Spins (thread 0 of the warpgroup, then its barrier) until h's chunk key holds `blocks` blocks.
+__device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned blocks, int wt, int bar) {
+  if (wt == 0) {
+    unsigned v;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(key) : "memory");
+      if (v >= blocks) break;
+      __nanosleep(64);
+    }
+    __threadfence();
+  }
+  group_sync(bar);
+}
+
+// One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings
+// (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
+// fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, xq / xs holding ≥ gridDim.x rows.
+template <int kNw, int kNs>
+__global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid_constant__ Params p) {
+  static_assert(kNw % 4 == 0, "whole warpgroups");
+  constexpr int kNg = kNw / 4;
+  constexpr int kBq = kNw >= 16 ? 2 : kNw >= 12 ? 4 : 8;  // moe_gemm_kernel's
+  constexpr int kGs = group_stage_bytes(kTok);
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ OneTokenPlan plan;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = warp >> 2, wt = threadIdx.x & 127;
+  const int bar = 1 + grp;
+  uint8_t* gsm = smem + grp * kNs * kGs;
+  uint8_t* wsm = smem + kNg * kNs * kGs + warp * kNs * kWarpStageBytes;
+  const int gu = p.I / 64, gd = p.D / 128;  // tile groups of a chunk: gate+up, down
+  const int wg = grp * gridDim.x + blockIdx.x;  // this warpgroup's index in the grid
+  int item = wg;
+  bool w_pre = false;
+  probe_stamp(p, wg, kPrEntry, wt);
+  // Before the grid dependency resolves: the shared expert's gate+up items come first whatever
+  // the routing, so their weights may stream already.
+  if (p.has_shared && item < 2 * gu) {
+    prefetch_item_weights<true, true, kNs>(p, p.E + item / gu, (item % gu) * 4 + (warp & 3), wsm, lane);
+    w_pre = true;
+  }
+  pdl_wait();
+  pdl_trigger();
+  // x's loads first: on this SM they would otherwise queue behind ~100 KB of weight copies (the
+  // probe measured 6 µs to x's codes with the loads issued after them).
+  constexpr int kXr = 4;  // 128-wide blocks of x a warp holds in registers (all of D = 4096)
+  const int nqb = p.D / 128;
+  float4 xv[kXr];
+#pragma unroll
+  for (int i = 0; i < kXr; ++i)
+    if (warp + i * kNw < nqb) xv[i] = __ldcg(reinterpret_cast<const float4*>(p.x + (warp + i * kNw) * 128 + lane * 4));
+  if (warp == 0) one_token_plan(p, plan);
+  __syncthreads();
+  probe_stamp(p, wg, kPrPlan, wt);
+  const int nch = plan.nch, up_items = nch * gu, total = up_items + nch * gd;
+  if (!w_pre && item < up_items) {  // a routed first item: its weights before x's Q8
+    prefetch_item_weights<true, false, kNs>(p, plan.ch[item / gu].expert, (item % gu) * 4 + (warp & 3), wsm, lane);
+    w_pre = true;
+  }
+  // x's Q8 into this CTA's row of xq / xs (moe_item<kT1> reads its activations there).
+  uint8_t* xq_row = p.xq + size_t(blockIdx.x) * p.D;
+  float* xs_row = p.xs + size_t(blockIdx.x) * nqb;
+#pragma unroll
+  for (int i = 0; i < kXr; ++i)
+    if (warp + i * kNw < nqb) q8_block_store(xv[i], lane, (warp + i * kNw) * 128, xq_row, xs_row + warp + i * kNw);
+  for (int qb = warp + kXr * kNw; qb < nqb; qb += kNw)  // D > kXr · kNw · 128
+    q8_block_store(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb * 128, xq_row,
+                   xs_row + qb);
+  __threadfence_block();
+  __syncthreads();
+  probe_stamp(p, wg, kPrXq, wt);
+  for (; item < total; item += gridDim.x * kNg) {
+    if (item < up_items) {
+      const int ci = item / gu, tile = (item - ci * gu) * 4 + (warp & 3);
+      const Chunk ch = plan.ch[ci];
+      if (ch.expert >= p.E)
+        moe_item<true, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
+      else
+        moe_item<true, false, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
+    } else {
+      const int d = item - up_items, ci = d / gd, tile = (d - ci * gd) * 4 + (warp & 3);
+      const Chunk ch = plan.ch[ci];
+      const bool fp8 = ch.expert >= p.E;
+      if (fp8) prefetch_item_weights<false, true, kNs>(p, ch.expert, tile, wsm, lane);
+      else prefetch_item_weights<false, false, kNs>(p, ch.expert, tile, wsm, lane);
+      if (item - gridDim.x * kNg < up_items) probe_stamp(p, wg, kPrUp, wt);  // the first down item
+      wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
+      if (item - gridDim.x * kNg < up_items) probe_stamp(p, wg, kPrReady, wt);
+      if (fp8)
+        moe_item<false, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
+      else
+        moe_item<false, false, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
+    }
+    w_pre = false;
+  }
+  probe_stamp(p, wg, item - gridDim.x * kNg >= up_items ? kPrDown : kPrUp, wt);
+  probe_stamp(p, wg, kPrExit, wt);
+}
+
+}  // namespace dsv4::gpu::moe4
