@@ -27,7 +27,7 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
 std::atomic<unsigned long long*> g_probe{nullptr};
-constexpr int kMaxVariant = 18;
+constexpr int kMaxVariant = 19;
 bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 17); }
 
 template <moe4::GemmShape kS, int kDiag>
@@ -105,6 +105,8 @@ int sm_count() {
     set_wide_smem_attr<kDiagNone, kWideHalfN>();
     CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
+    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x5.warps, kShape8x5.stages>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x5.smem()));
   });
   return counts[dev];
 }
@@ -305,13 +307,17 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   if (variant == 0) variant = env_variant;
   if (variant == 0)
     variant = p.T >= 3072 ? 9 : p.T >= 896 ? 12 : p.T >= 640 ? 8 : p.T >= 2 ? 4 : 7;
-  // Variant 18 (the one-token launch, sm90_moe_one_token.cuh) serves T = 1 with k ≤ 8; other
-  // calls run 7, its items' CTA shape.
-  if (variant == 18) {
+  // Variants 18 / 19 (the one-token launch, sm90_moe_one_token.cuh, 8 warps × 4 / 5-stage rings)
+  // serve T = 1 with k ≤ 8; other calls run 7, 18's CTA shape.
+  if (variant == 18 || variant == 19) {
     if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
       p.chunk_tokens = moe4::kTok;
-      launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x4.warps, moe4::kShape8x4.stages>, dim3(grid),
-                 dim3(moe4::kShape8x4.warps * 32), moe4::kShape8x4.smem(), stream, p);
+      if (variant == 18)
+        launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x4.warps, moe4::kShape8x4.stages>, dim3(grid),
+                   dim3(moe4::kShape8x4.warps * 32), moe4::kShape8x4.smem(), stream, p);
+      else
+        launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x5.warps, moe4::kShape8x5.stages>, dim3(grid),
+                   dim3(moe4::kShape8x5.warps * 32), moe4::kShape8x5.smem(), stream, p);
       return;
     }
     variant = 7;

@@ -74,6 +74,7 @@ struct GemmShape {
 constexpr GemmShape kShape8x4{8, 4};    // 156,160 B
 constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
 constexpr GemmShape kShape16x2{16, 2};  // 156,160 B: the same bytes in flight, twice the warps
+constexpr GemmShape kShape8x5{8, 5};    // 195,200 B: the one-token launch's deeper rings
 constexpr GemmShape kShape8x4Wide{8, 4, kTokWide};  // 206,848 B: chunks of 32 tokens (large calls)
 // Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
 // math without the weight copies, neither (the launches, activation copies, ring barriers and

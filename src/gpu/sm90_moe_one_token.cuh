@@ -1,4 +1,4 @@
-// The grouped MoE of a one-token call (T = 1, k ≤ kTok) in one launch (pipeline variant 18;
+// The grouped MoE of a one-token call (T = 1, k ≤ kTok) in one launch (pipeline variants 18, 19;
 // docs/moe-grouped.md round 20): the group, gate+up, down and combine launches of the decode-sized
 // path folded into one persistent grid with the 8 × 4 gemm kernel's items, rings and math
 // (moe_item<kT1>), so the same bits. sm_90a only; included by sm90_moe_fp4.cu.
