@@ -115,7 +115,8 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the GEMM
 // launches — 0 (default): 16 warps × 2-stage rings from 2 tokens, 8 × 4 at 1, 8 from 640, 12 from
 // 896 tokens, 9 from 3072; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 18 / 19: one-token
-// calls (T = 1, top_k ≤ 8) in one launch with 8 × 4's items, 4 / 5-stage rings (others as 7); 8: 8 × 4
+// calls (T = 1, top_k ≤ 8, hidden ≤ 4096) in one launch with 8 × 4's items, 4 / 5-stage rings
+// (others as 7); 8: 8 × 4
 // with chunks of 32 tokens; 9: the wide kernels (chunks of 128 tokens, two warpgroups per CTA on
 // one chunk; sm90_moe_wide.cuh); 12: the wide kernels with chunks of 64 tokens (one column half).
 // Every variant gives the same bits. Diagnostics (wrong results, so refused

@@ -68,8 +68,8 @@ __host__ __device__ constexpr int group_stage_bytes(int kN) { return kN * 264; }
 struct GemmShape {
   int warps, stages;
   int tokens = kTok;  // chunk tokens (the wgmma n)
-  constexpr int groups() const { return warps / 4; }
-  constexpr int smem() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
+  __host__ __device__ constexpr int groups() const { return warps / 4; }
+  __host__ __device__ constexpr int smem() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
 };
 constexpr GemmShape kShape8x4{8, 4};    // 156,160 B
 constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
