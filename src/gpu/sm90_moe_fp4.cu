@@ -27,7 +27,7 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
 std::atomic<unsigned long long*> g_probe{nullptr};
-constexpr int kMaxVariant = 19;
+constexpr int kMaxVariant = 18;
 bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 17); }
 
 template <moe4::GemmShape kS, int kDiag>
@@ -104,9 +104,7 @@ int sm_count() {
     set_wide_smem_attr<kDiagMathOnly>();
     set_wide_smem_attr<kDiagNone, kWideHalfN>();
     CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, one_token_smem(kShape8x4)));
-    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x5.warps, kShape8x5.stages>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, one_token_smem(kShape8x5)));
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
   });
   return counts[dev];
 }
@@ -176,11 +174,13 @@ void MoeGroupedWorkspace::allocate(const MoeGroupedShape& s) {
   DSV4_CHECK(s.max_tokens >= 1, "grouped MoE: max_tokens ", s.max_tokens);
   shape_ = s;
   const size_t T = s.max_tokens, P = max_positions(s), C = max_chunks(s);
+  // x's codes: T rows, and at least one row per SM (the one-token launch's per-CTA copies).
+  const size_t xrows = std::max<size_t>(T, size_t(sm_count()));
   // The wide kernels address xq / hq rows by 32-bit byte offsets.
   DSV4_CHECK(T * s.hidden < (size_t{1} << 31) && P * s.inter < (size_t{1} << 31), "grouped MoE: ", s.max_tokens,
              " tokens make the Q8 activation arrays 2 GiB or more");
-  xq_.resize(T * s.hidden);
-  xs_.resize(T * s.hidden / 128);
+  xq_.resize(xrows * s.hidden);
+  xs_.resize(xrows * s.hidden / 128);
   pos_token_.resize(P);
   pos_weight_.resize(P);
   slot_pos_.resize(std::max<size_t>(1, T * s.top_k));
@@ -305,17 +305,14 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   if (variant == 0) variant = env_variant;
   if (variant == 0)
     variant = p.T >= 3072 ? 9 : p.T >= 896 ? 12 : p.T >= 640 ? 8 : p.T >= 2 ? 4 : 7;
-  // Variants 18 / 19 (the one-token launch, sm90_moe_one_token.cuh, 8 warps × 4 / 5-stage rings)
-  // serve T = 1 with k ≤ 8 and D ≤ 4096; other calls run 7, 18's CTA shape.
-  if (variant == 18 || variant == 19) {
-    if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared) && p.D <= moe4::kOneTokenMaxD) {
+  // Variant 18 (the one-token launch, sm90_moe_one_token.cuh, 8 warps × 4-stage rings) serves
+  // T = 1 with k ≤ 8; other calls run 7, its CTA shape. Not the default: in the model (code
+  // evicted between layers) it is ~3 µs a layer slower (docs/moe-grouped.md round 20).
+  if (variant == 18) {
+    if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
       p.chunk_tokens = moe4::kTok;
-      if (variant == 18)
-        launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x4.warps, moe4::kShape8x4.stages>, dim3(grid),
-                   dim3(moe4::kShape8x4.warps * 32), moe4::one_token_smem(moe4::kShape8x4), stream, p);
-      else
-        launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x5.warps, moe4::kShape8x5.stages>, dim3(grid),
-                   dim3(moe4::kShape8x5.warps * 32), moe4::one_token_smem(moe4::kShape8x5), stream, p);
+      launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x4.warps, moe4::kShape8x4.stages>, dim3(grid),
+                 dim3(moe4::kShape8x4.warps * 32), moe4::kShape8x4.smem(), stream, p);
       return;
     }
     variant = 7;

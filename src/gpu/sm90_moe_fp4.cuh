@@ -68,13 +68,12 @@ __host__ __device__ constexpr int group_stage_bytes(int kN) { return kN * 264; }
 struct GemmShape {
   int warps, stages;
   int tokens = kTok;  // chunk tokens (the wgmma n)
-  __host__ __device__ constexpr int groups() const { return warps / 4; }
-  __host__ __device__ constexpr int smem() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
+  constexpr int groups() const { return warps / 4; }
+  constexpr int smem() const { return stages * (groups() * group_stage_bytes(tokens) + warps * kWarpStageBytes); }
 };
 constexpr GemmShape kShape8x4{8, 4};    // 156,160 B
 constexpr GemmShape kShape12x3{12, 3};  // 175,680 B
 constexpr GemmShape kShape16x2{16, 2};  // 156,160 B: the same bytes in flight, twice the warps
-constexpr GemmShape kShape8x5{8, 5};    // 195,200 B: the one-token launch's deeper rings
 constexpr GemmShape kShape8x4Wide{8, 4, kTokWide};  // 206,848 B: chunks of 32 tokens (large calls)
 // Benchmark diagnostics of the gemm kernels (wrong results): none, weights without the math,
 // math without the weight copies, neither (the launches, activation copies, ring barriers and

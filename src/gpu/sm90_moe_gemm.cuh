@@ -26,15 +26,14 @@ namespace dsv4::gpu::moe4 {
 // kernel's prologue before the grid dependency resolved).
 // Ring order per stage s: wait for stage s (own copies), proxy fence, warpgroup barrier (all
 // copies of s visible, all warps done with stage s−1), then refill the slot of s−1, then math.
-// kT1 (moe_one_token_kernel, sm90_moe_one_token.cuh): gate+up reads the token's x codes from
-// xtab (the CTA's whole-K activation stages in shared memory, token slot 0 live) instead of a
-// ring, the routing weights are plan->pw, and the epilogues also publish h's readiness per expert
-// (gate+up) and combine each 128-row block of y once all its rows are in (down).
+// kT1 (moe_one_token_kernel, sm90_moe_one_token.cuh): the token's x codes are row blockIdx.x of
+// xq / xs (the CTA's own copy), the routing weights plan->pw, and the epilogues also publish h's
+// readiness per expert (gate+up) and combine each 128-row block of y once all its rows are in
+// (down).
 template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN, bool kT1 = false>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
                                          uint8_t* gsm, int bar, int wt, bool w_pre,
-                                         const OneTokenPlan* plan = nullptr, const uint8_t* xtab = nullptr) {
-  constexpr bool kXtab = kT1 && kUp;  // activations from xtab: no activation copies
+                                         const OneTokenPlan* plan = nullptr) {
   constexpr int kJ = kN / 8;                  // n8 column blocks of the wgmma (1 or 4)
   constexpr int kGs = group_stage_bytes(kN), kXs = group_stage_xs(kN);
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
@@ -49,7 +48,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   const int tn = wt & 7, tq = wt >> 3;
   auto act_row = [&](int slot) {
     const int i = min(slot, ch.n - 1);
-    return kUp ? (kXtab ? 0 : p.pos_token[ch.pos + i]) : ch.pos + i;
+    return kUp ? (kT1 ? int(blockIdx.x) : p.pos_token[ch.pos + i]) : ch.pos + i;
   };
   const uint8_t* asrc[kJ];
 #pragma unroll
@@ -60,12 +59,10 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     if (s < nst) {
       uint8_t* gs = gsm + (s % kNs) * kGs;
       if (weights && diag_copies_weights(kDiag)) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
-      if constexpr (!kXtab) {
 #pragma unroll
-        for (int u = 0; u < kJ; ++u)
-          if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
-        if (wt < ch.n) cp8(gs + kXs + wt * 8, ssrc + 2 * s);
-      }
+      for (int u = 0; u < kJ; ++u)
+        if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
+      if (wt < ch.n) cp8(gs + kXs + wt * 8, ssrc + 2 * s);
     }
     cp_commit();
   };
@@ -85,8 +82,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     group_sync(bar);
     issue(s + kNs - 1, true);
     if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
-    stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, kXtab ? xtab + s * kGs : gsm + (s % kNs) * kGs, sA,
-                              sB, s, lane, acc, cur);
+    stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
   }
   cp_wait<0>();
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them

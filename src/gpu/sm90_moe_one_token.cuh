@@ -1,10 +1,9 @@
-// The grouped MoE of a one-token call (T = 1, k ≤ kTok) in one launch (pipeline variants 18, 19;
+// The grouped MoE of a one-token call (T = 1, k ≤ kTok) in one launch (pipeline variant 18;
 // docs/moe-grouped.md round 20): the group, gate+up, down and combine launches of the decode-sized
 // path folded into one persistent grid with the 8 × 4 gemm kernel's items, rings and math
 // (moe_item<kT1>), so the same bits. sm_90a only; included by sm90_moe_fp4.cu.
 //   * No group launch: every CTA computes the lists from ids (one_token_plan) and quantizes x
-//     into a whole-K activation table in its shared memory (q8_block_to_table: the same codes),
-//     which gate+up reads in place of an activation ring.
+//     into its own row blockIdx.x of xq / xs (the same q8_block_store).
 //   * Items: all gate+up items (chunk, 4 row tiles), then all down items, dealt round-robin to
 //     the grid's warpgroups, so a warpgroup's down items come after its gate+up items and gate+up
 //     items never wait (no deadlock while every CTA of the grid can become resident).
@@ -32,30 +31,6 @@ __device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int
   p.probe[wg * kProbeEvents + ev] = t;
 }
 
-// Shared memory of the one-token launch: the rings, then x's table (D ≤ kOneTokenMaxD).
-constexpr int kOneTokenMaxD = 4096;
-__host__ __device__ constexpr int one_token_smem(GemmShape s) {
-  return s.smem() + kOneTokenMaxD / 256 * group_stage_bytes(kTok);
-}
-
-// Q8 of x's 128-wide block qb (the warp's lanes hold 4 values each) straight into the CTA's
-// activation table: stage s = k/256 is one ring stage's activation layout (group_stage_bytes) with
-// token slot 0 live — code of MMA-layout byte b of the stage in granule b/16 at (b/16)·128 +
-// b%16, the block's scale at float qb%2 of the slot's scales. The same codes and scale as
-// q8_block_store (q8_block_codes_warp).
-__device__ __forceinline__ void q8_block_to_table(float4 v, int lane, int qb, uint8_t* tab) {
-  constexpr int kGs = group_stage_bytes(kTok), kXs = group_stage_xs(kTok);
-  const float vals[4] = {v.x, v.y, v.z, v.w};
-  uint8_t codes[4];
-  const float sc = q8_block_codes_warp(vals, codes);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = mma_layout_offset(qb * 128 + lane * 4 + i), b = m & 255;
-    tab[(m >> 8) * kGs + (b >> 4) * 128 + (b & 15)] = codes[i];
-  }
-  if (lane == 0) reinterpret_cast<float*>(tab + (qb >> 1) * kGs + kXs)[qb & 1] = sc;
-}
-
 // Spins (thread 0 of the warpgroup, then its barrier) until h's chunk key holds `blocks` blocks.
 __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned blocks, int wt, int bar) {
   if (wt == 0) {
@@ -70,9 +45,9 @@ __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned block
   group_sync(bar);
 }
 
-// One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings. Params as moe_grouped_forward
-// fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, D ≤ kOneTokenMaxD; one_token_smem bytes of
-// dynamic shared memory.
+// One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings
+// (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
+// fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, xq / xs holding ≥ gridDim.x rows.
 template <int kNw, int kNs>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid_constant__ Params p) {
   static_assert(kNw % 4 == 0, "whole warpgroups");
@@ -85,7 +60,6 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
   const int bar = 1 + grp;
   uint8_t* gsm = smem + grp * kNs * kGs;
   uint8_t* wsm = smem + kNg * kNs * kGs + warp * kNs * kWarpStageBytes;
-  uint8_t* xtab = smem + GemmShape{kNw, kNs}.smem();  // x's activation stages [D/256][kGs]
   const int gu = p.I / 64, gd = p.D / 128;  // tile groups of a chunk: gate+up, down
   const int wg = grp * gridDim.x + blockIdx.x;  // this warpgroup's index in the grid
   int item = wg;
@@ -111,28 +85,30 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
   __syncthreads();
   probe_stamp(p, wg, kPrPlan, wt);
   const int nch = plan.nch, up_items = nch * gu, total = up_items + nch * gd;
-  // x's Q8 into the CTA's activation table (moe_item<kT1> reads gate+up's activations there);
-  // then the proxy fence: the wgmma reads it through the async proxy.
-#pragma unroll
-  for (int i = 0; i < kXr; ++i)
-    if (warp + i * kNw < nqb) q8_block_to_table(xv[i], lane, warp + i * kNw, xtab);
-  for (int qb = warp + kXr * kNw; qb < nqb; qb += kNw)  // D > kXr · kNw · 128
-    q8_block_to_table(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb, xtab);
-  fence_proxy_async();
-  __syncthreads();
-  probe_stamp(p, wg, kPrXq, wt);
-  if (!w_pre && item < up_items) {  // a routed first item
+  if (!w_pre && item < up_items) {  // a routed first item: its weights before x's Q8
     prefetch_item_weights<true, false, kNs>(p, plan.ch[item / gu].expert, (item % gu) * 4 + (warp & 3), wsm, lane);
     w_pre = true;
   }
+  // x's Q8 into this CTA's row of xq / xs (moe_item<kT1> reads its activations there).
+  uint8_t* xq_row = p.xq + size_t(blockIdx.x) * p.D;
+  float* xs_row = p.xs + size_t(blockIdx.x) * nqb;
+#pragma unroll
+  for (int i = 0; i < kXr; ++i)
+    if (warp + i * kNw < nqb) q8_block_store(xv[i], lane, (warp + i * kNw) * 128, xq_row, xs_row + warp + i * kNw);
+  for (int qb = warp + kXr * kNw; qb < nqb; qb += kNw)  // D > kXr · kNw · 128
+    q8_block_store(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb * 128, xq_row,
+                   xs_row + qb);
+  __threadfence_block();
+  __syncthreads();
+  probe_stamp(p, wg, kPrXq, wt);
   for (; item < total; item += gridDim.x * kNg) {
     if (item < up_items) {
       const int ci = item / gu, tile = (item - ci * gu) * 4 + (warp & 3);
       const Chunk ch = plan.ch[ci];
       if (ch.expert >= p.E)
-        moe_item<true, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan, xtab);
+        moe_item<true, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
       else
-        moe_item<true, false, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan, xtab);
+        moe_item<true, false, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
     } else {
       const int d = item - up_items, ci = d / gd, tile = (d - ci * gd) * 4 + (warp & 3);
       const Chunk ch = plan.ch[ci];
