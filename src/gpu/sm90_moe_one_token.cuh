@@ -6,7 +6,8 @@
 //     into its own row blockIdx.x of xq / xs (the same q8_block_store).
 //   * Items: all gate+up items (chunk, 4 row tiles), then all down items, dealt round-robin to
 //     the grid's warpgroups, so a warpgroup's down items come after its gate+up items and gate+up
-//     items never wait (no deadlock while every CTA of the grid can become resident).
+//     items never wait (no deadlock while every CTA of the grid can become resident: not to be
+//     run beside a kernel that holds SMs while it waits for this one).
 //   * h per expert, not per grid: the gate+up item that quantizes a 128-wide block of h counts it
 //     for its chunk (one_token_h_ready); a down item first issues its weights' first stages,
 //     then waits only for its own expert's I/128 blocks.
