@@ -115,7 +115,8 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // Tuning knob for benchmarks (process-wide, read at enqueue time): CTA shape of the GEMM
 // launches — 0 (default): 16 warps × 2-stage rings from 2 tokens, 8 × 4 at 1, 8 from 640, 12 from
 // 896 tokens, 9 from 3072; 1: 12 warps × 3-stage rings; 4: 16 × 2; 7: 8 × 4; 18: one-token calls
-// (T = 1, top_k ≤ 8) in one launch with 8 × 4's items (others as 7); 8: 8 × 4
+// (T = 1, top_k ≤ 8) in one launch with 8 × 4's items (others as 7); 19: the same in two
+// launches, gate+up then down (others as 7); 8: 8 × 4
 // with chunks of 32 tokens; 9: the wide kernels (chunks of 128 tokens, two warpgroups per CTA on
 // one chunk; sm90_moe_wide.cuh); 12: the wide kernels with chunks of 64 tokens (one column half).
 // Every variant gives the same bits. Diagnostics (wrong results, so refused
@@ -128,7 +129,7 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // (A/B runs of the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
-// Benchmarks: the one-token launch (variant 18) stamps globaltimer ns into device_buf, 8 events a
+// Benchmarks: the one-token launches (variants 18, 19) stamp globaltimer ns into device_buf, 8 events a
 // warpgroup ([2 · SMs][8]: entry, plan read, x quantized, gate+up done, h ready for the first down
 // item, down done, exit; [0][7]: the last 128-row block combined; 0 = not reached, so clear it
 // first). nullptr (the default): off. Process-wide, read at enqueue time.

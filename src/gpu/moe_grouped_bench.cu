@@ -6,7 +6,7 @@
 // Bytes = distinct experts touched × 13,369,344 + shared 25,167,360 (when on) + x and out.
 // Every table is printed once per GEMM pipeline variant (moe_grouped_set_pipeline).
 // Weights are repacked into the kernels' stage-tile layout (moe_repack_experts) first.
-// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..s = 0..18 with PDL; ":" ";" "<" "=" ">" "?" "@" "A" "B" = 10 .. 18]
+// Usage: moe_grouped_bench [replays] [variants: e.g. 0a1; a..t = 0..19 with PDL; ":" ";" "<" "=" ">" "?" "@" "A" "B" "C" = 10 .. 19]
 // DSV4_BENCH_T (e.g. "1,8,768"; any token counts up to 16384, in that order; unset: 1 … 256)
 // and DSV4_BENCH_KINDS (e.g. "0,2": uniform, routed only) pick the table's rows.
 // DSV4_BENCH_COLD_MB / DSV4_BENCH_COLD_CODE add a line per case timed as the model runs it (cold_line);
@@ -79,7 +79,7 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
   CUDA_CHECK_LAUNCH();
 }
 
-// DSV4_MOE_PROBE=1: after each T = 1 case of the one-token launch (variant 18), one more
+// DSV4_MOE_PROBE=1: after each T = 1 case of the one-token launches (variants 18, 19), one more
 // call with its probe on (moe_grouped_set_probe), after a read of DSV4_BENCH_COLD_MB MB (and the
 // code sweep with DSV4_BENCH_COLD_CODE=1) when set: per event, µs since the first warpgroup's
 // entry — min, median and max over the warpgroups that reached it.
@@ -162,8 +162,8 @@ void cold_line(cudaStream_t st, int mb, bool sweep, double bytes, double bw, con
 int main(int argc, char** argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 15;
   // 0..17: moe_grouped_set_pipeline variants (2, 3, 5, 10: load-only, 6, 11, 14: math-only, 13,
-  // 15: neither; 16, 17: without the group (and combine) launch — diagnostics; 18: T = 1 in one
-  // launch); a..s: the same
+  // 15: neither; 16, 17: without the group (and combine) launch — diagnostics; 18, 19: T = 1 in
+  // one or two launches); a..t: the same
   // under programmatic dependent launch (PdlScope, as
   // GpuModel's small decode passes).
   const char* variants = argc > 2 ? argv[2] : "0a1";
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
                     med, us.lo, us.hi, bytes / (med * 1e-6) / 1e9, 100.0 * bytes / (med * 1e-6) / bw,
                     flops / (med * 1e-6) / 1e12);
         if (cold_mb > 0) cold_line(st, cold_mb, cold_sweep, bytes, bw, call);
-        if (probe && T == 1 && (pdl ? *v - 'a' : *v - '0') == 18) probe_line(st, cold_mb, cold_sweep, call);
+        if (probe && T == 1 && (pdl ? *v - 'a' : *v - '0') >= 18) probe_line(st, cold_mb, cold_sweep, call);
       }
     }
     std::printf("\n");

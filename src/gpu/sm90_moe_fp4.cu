@@ -27,7 +27,7 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
 std::atomic<unsigned long long*> g_probe{nullptr};
-constexpr int kMaxVariant = 18;
+constexpr int kMaxVariant = 19;
 bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 17); }
 
 template <moe4::GemmShape kS, int kDiag>
@@ -104,6 +104,10 @@ int sm_count() {
     set_wide_smem_attr<kDiagMathOnly>();
     set_wide_smem_attr<kDiagNone, kWideHalfN>();
     CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
+    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages, kOneTokenUp>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
+    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages, kOneTokenDown>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
   });
   return counts[dev];
@@ -307,12 +311,22 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     variant = p.T >= 3072 ? 9 : p.T >= 896 ? 12 : p.T >= 640 ? 8 : p.T >= 2 ? 4 : 7;
   // Variant 18 (the one-token launch, sm90_moe_one_token.cuh, 8 warps × 4-stage rings) serves
   // T = 1 with k ≤ 8; other calls run 7, its CTA shape. Not the default: in the model (code
-  // evicted between layers) it is ~3 µs a layer slower (docs/moe-grouped.md round 20).
-  if (variant == 18) {
+  // evicted between layers) it is ~2 µs a layer slower (docs/moe-grouped.md round 20). Variant
+  // 19: the same items in two launches, gate+up then down (built in the thirty-second session,
+  // not yet run on a GPU).
+  if (variant == 18 || variant == 19) {
     if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
       p.chunk_tokens = moe4::kTok;
-      launch_pdl(moe4::moe_one_token_kernel<moe4::kShape8x4.warps, moe4::kShape8x4.stages>, dim3(grid),
-                 dim3(moe4::kShape8x4.warps * 32), moe4::kShape8x4.smem(), stream, p);
+      constexpr moe4::GemmShape kS = moe4::kShape8x4;
+      const dim3 block(kS.warps * 32);
+      if (variant == 18) {
+        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages>, dim3(grid), block, kS.smem(), stream, p);
+      } else {
+        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenUp>, dim3(grid), block, kS.smem(),
+                   stream, p);
+        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenDown>, dim3(grid), block,
+                   kS.smem(), stream, p);
+      }
       return;
     }
     variant = 7;

@@ -1,7 +1,8 @@
 // The grouped MoE of a one-token call (T = 1, k ≤ kTok) in one launch (pipeline variant 18;
-// docs/moe-grouped.md round 20): the group, gate+up, down and combine launches of the decode-sized
-// path folded into one persistent grid with the 8 × 4 gemm kernel's items, rings and math
-// (moe_item<kT1>), so the same bits. sm_90a only; included by sm90_moe_fp4.cu.
+// docs/moe-grouped.md round 20) or two (19: gate+up, then down): the group, gate+up, down and
+// combine launches of the decode-sized path folded into one persistent grid with the 8 × 4 gemm
+// kernel's items, rings and math (moe_item<kT1>), so the same bits. sm_90a only; included by
+// sm90_moe_fp4.cu.
 //   * No group launch: every CTA computes the lists from ids (one_token_plan) and quantizes x
 //     into its own row blockIdx.x of xq / xs (the same q8_block_store).
 //   * Items: all gate+up items (chunk, 4 row tiles), then all down items, dealt round-robin to
@@ -46,10 +47,16 @@ __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned block
   group_sync(bar);
 }
 
+// Which items a launch of moe_one_token_kernel runs: all of them (variant 18), or the gate+up
+// items and then, in a second launch, the down items (variant 19: the down launch's code and
+// first weights are fetched while the gate+up launch runs — programmatic dependent launch — and
+// its grid dependency replaces the per-expert wait).
+constexpr int kOneTokenAll = 0, kOneTokenUp = 1, kOneTokenDown = 2;
+
 // One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings
 // (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
 // fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, xq / xs holding ≥ gridDim.x rows.
-template <int kNw, int kNs>
+template <int kNw, int kNs, int kPhase = kOneTokenAll>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid_constant__ Params p) {
   static_assert(kNw % 4 == 0, "whole warpgroups");
   constexpr int kNg = kNw / 4;
@@ -66,42 +73,62 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
   int item = wg;
   bool w_pre = false;
   probe_stamp(p, wg, kPrEntry, wt);
-  // Before the grid dependency resolves: the shared expert's gate+up items come first whatever
-  // the routing, so their weights may stream already.
-  if (p.has_shared && item < 2 * gu) {
-    prefetch_item_weights<true, true, kNs>(p, p.E + item / gu, (item % gu) * 4 + (warp & 3), wsm, lane);
-    w_pre = true;
-  }
-  pdl_wait();
-  pdl_trigger();
-  // x's loads first: on this SM they would otherwise queue behind ~100 KB of weight copies (the
-  // probe measured 6 µs to x's codes with the loads issued after them).
-  constexpr int kXr = 4;  // 128-wide blocks of x a warp holds in registers (all of D = 4096)
-  const int nqb = p.D / 128;
-  float4 xv[kXr];
+  if constexpr (kPhase == kOneTokenDown) {
+    // The down launch: the lists and the first item's weights before the grid dependency
+    // resolves (the gate+up launch passed its pdl_wait before it triggered this grid, so the
+    // router's ids are complete; read through L2).
+    if (warp == 0) one_token_plan(p, plan);
+    __syncthreads();
+    if (item < plan.nch * gd) {
+      const int ci = item / gd, tile = (item - ci * gd) * 4 + (warp & 3);
+      if (plan.ch[ci].expert >= p.E) prefetch_item_weights<false, true, kNs>(p, plan.ch[ci].expert, tile, wsm, lane);
+      else prefetch_item_weights<false, false, kNs>(p, plan.ch[ci].expert, tile, wsm, lane);
+      w_pre = true;
+    }
+    pdl_wait();
+    pdl_trigger();
+    probe_stamp(p, wg, kPrPlan, wt);
+  } else {
+    // Before the grid dependency resolves: the shared expert's gate+up items come first
+    // whatever the routing, so their weights may stream already.
+    if (p.has_shared && item < 2 * gu) {
+      prefetch_item_weights<true, true, kNs>(p, p.E + item / gu, (item % gu) * 4 + (warp & 3), wsm, lane);
+      w_pre = true;
+    }
+    pdl_wait();
+    pdl_trigger();
+    // x's loads first: on this SM they would otherwise queue behind ~100 KB of weight copies
+    // (the probe measured 6 µs to x's codes with the loads issued after them).
+    constexpr int kXr = 4;  // 128-wide blocks of x a warp holds in registers (all of D = 4096)
+    const int nqb = p.D / 128;
+    float4 xv[kXr];
 #pragma unroll
-  for (int i = 0; i < kXr; ++i)
-    if (warp + i * kNw < nqb) xv[i] = __ldcg(reinterpret_cast<const float4*>(p.x + (warp + i * kNw) * 128 + lane * 4));
-  if (warp == 0) one_token_plan(p, plan);
-  __syncthreads();
-  probe_stamp(p, wg, kPrPlan, wt);
-  const int nch = plan.nch, up_items = nch * gu, total = up_items + nch * gd;
-  if (!w_pre && item < up_items) {  // a routed first item: its weights before x's Q8
-    prefetch_item_weights<true, false, kNs>(p, plan.ch[item / gu].expert, (item % gu) * 4 + (warp & 3), wsm, lane);
-    w_pre = true;
-  }
-  // x's Q8 into this CTA's row of xq / xs (moe_item<kT1> reads its activations there).
-  uint8_t* xq_row = p.xq + size_t(blockIdx.x) * p.D;
-  float* xs_row = p.xs + size_t(blockIdx.x) * nqb;
+    for (int i = 0; i < kXr; ++i)
+      if (warp + i * kNw < nqb)
+        xv[i] = __ldcg(reinterpret_cast<const float4*>(p.x + (warp + i * kNw) * 128 + lane * 4));
+    if (warp == 0) one_token_plan(p, plan);
+    __syncthreads();
+    probe_stamp(p, wg, kPrPlan, wt);
+    if (!w_pre && item < plan.nch * gu) {  // a routed first item: its weights before x's Q8
+      prefetch_item_weights<true, false, kNs>(p, plan.ch[item / gu].expert, (item % gu) * 4 + (warp & 3), wsm,
+                                              lane);
+      w_pre = true;
+    }
+    // x's Q8 into this CTA's row of xq / xs (moe_item<kT1> reads its activations there).
+    uint8_t* xq_row = p.xq + size_t(blockIdx.x) * p.D;
+    float* xs_row = p.xs + size_t(blockIdx.x) * nqb;
 #pragma unroll
-  for (int i = 0; i < kXr; ++i)
-    if (warp + i * kNw < nqb) q8_block_store(xv[i], lane, (warp + i * kNw) * 128, xq_row, xs_row + warp + i * kNw);
-  for (int qb = warp + kXr * kNw; qb < nqb; qb += kNw)  // D > kXr · kNw · 128
-    q8_block_store(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb * 128, xq_row,
-                   xs_row + qb);
-  __threadfence_block();
-  __syncthreads();
-  probe_stamp(p, wg, kPrXq, wt);
+    for (int i = 0; i < kXr; ++i)
+      if (warp + i * kNw < nqb) q8_block_store(xv[i], lane, (warp + i * kNw) * 128, xq_row, xs_row + warp + i * kNw);
+    for (int qb = warp + kXr * kNw; qb < nqb; qb += kNw)  // D > kXr · kNw · 128
+      q8_block_store(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb * 128, xq_row,
+                     xs_row + qb);
+    __threadfence_block();
+    __syncthreads();
+    probe_stamp(p, wg, kPrXq, wt);
+  }
+  const int nch = plan.nch, up_items = kPhase == kOneTokenDown ? 0 : nch * gu;
+  const int total = up_items + (kPhase == kOneTokenUp ? 0 : nch * gd);
   for (; item < total; item += gridDim.x * kNg) {
     if (item < up_items) {
       const int ci = item / gu, tile = (item - ci * gu) * 4 + (warp & 3);
@@ -114,11 +141,16 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
       const int d = item - up_items, ci = d / gd, tile = (d - ci * gd) * 4 + (warp & 3);
       const Chunk ch = plan.ch[ci];
       const bool fp8 = ch.expert >= p.E;
-      if (fp8) prefetch_item_weights<false, true, kNs>(p, ch.expert, tile, wsm, lane);
-      else prefetch_item_weights<false, false, kNs>(p, ch.expert, tile, wsm, lane);
-      if (item - gridDim.x * kNg < up_items) probe_stamp(p, wg, kPrUp, wt);  // the first down item
-      wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
-      if (item - gridDim.x * kNg < up_items) probe_stamp(p, wg, kPrReady, wt);
+      if (!w_pre) {
+        if (fp8) prefetch_item_weights<false, true, kNs>(p, ch.expert, tile, wsm, lane);
+        else prefetch_item_weights<false, false, kNs>(p, ch.expert, tile, wsm, lane);
+      }
+      if constexpr (kPhase == kOneTokenAll) {  // the down launch's grid dependency already waited
+        const bool first_down = item - int(gridDim.x) * kNg < up_items;  // the previous item was gate+up or none
+        if (first_down) probe_stamp(p, wg, kPrUp, wt);
+        wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
+        if (first_down) probe_stamp(p, wg, kPrReady, wt);
+      }
       if (fp8)
         moe_item<false, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
       else
@@ -126,7 +158,8 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     }
     w_pre = false;
   }
-  probe_stamp(p, wg, item - gridDim.x * kNg >= up_items ? kPrDown : kPrUp, wt);
+  const int last = item - int(gridDim.x) * kNg;  // the last item run (< 0: none)
+  if (last >= 0) probe_stamp(p, wg, last >= up_items ? kPrDown : kPrUp, wt);
   probe_stamp(p, wg, kPrExit, wt);
 }
 
