@@ -24,7 +24,8 @@
 namespace dsv4::gpu::moe4 {
 
 // Probe events (Params::probe): entry, plan read, x quantized, gate+up items done, h ready for
-// the first down item, down items done, exit; 7: the last block combined (its warpgroup's row).
+// the first down item (two launches: the down launch past its wait), down items done, exit (the
+// later launch's); 7: the last block combined (its warpgroup's row).
 enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined };
 __device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int wt) {
   if (p.probe == nullptr || wt != 0) return;
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
   const int wg = grp * gridDim.x + blockIdx.x;  // this warpgroup's index in the grid
   int item = wg;
   bool w_pre = false;
-  probe_stamp(p, wg, kPrEntry, wt);
+  if constexpr (kPhase != kOneTokenDown) probe_stamp(p, wg, kPrEntry, wt);
   if constexpr (kPhase == kOneTokenDown) {
     // The down launch: the lists and the first item's weights before the grid dependency
     // resolves (the gate+up launch passed its pdl_wait before it triggered this grid, so the
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     }
     pdl_wait();
     pdl_trigger();
-    probe_stamp(p, wg, kPrPlan, wt);
+    probe_stamp(p, wg, kPrReady, wt);  // h ready: the gate+up launch is complete
   } else {
     // Before the grid dependency resolves: the shared expert's gate+up items come first
     // whatever the routing, so their weights may stream already.
