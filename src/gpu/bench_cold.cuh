@@ -40,6 +40,17 @@ struct ColdTrace {
   int64_t dropped = 0;
 };
 
+// The step's other work before a cold call i: the read of `buf` (l2_evicting_read; none when
+// empty), then with `sweep` the four icache_sweep bodies on every SM (`sms`).
+inline void cold_prelude(cudaStream_t s, const DeviceBuffer<uint4>& buf, uint32_t* sink, float* fsink, int sms,
+                         bool sweep, int i) {
+  if (buf.size() > 0) l2_evicting_read(buf.get(), buf.size() * sizeof(uint4), sink, s);
+  if (sweep)  // four instantiations: four distinct ~65 KB bodies
+    [&]<int... k>(std::integer_sequence<int, k...>) {
+      ((icache_sweep<(k + 1) << 12><<<4 * sms, 128, 0, s>>>(fsink, float(i))), ...);
+    }(std::make_integer_sequence<int, 4>{});
+}
+
 inline ColdTrace cold_trace(cudaStream_t s, int mb, bool sweep, const std::function<void(int)>& call,
                             const std::function<void(int)>& before, std::string* why) {
   if (!cupti::load(why)) return {};
@@ -52,11 +63,7 @@ inline ColdTrace cold_trace(cudaStream_t s, int mb, bool sweep, const std::funct
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < kColdCalls; ++i) {
-    l2_evicting_read(buf.get(), buf.size() * sizeof(uint4), sink.get(), s);
-    if (sweep)  // four instantiations: four distinct ~65 KB bodies
-      [&]<int... k>(std::integer_sequence<int, k...>) {
-        ((icache_sweep<(k + 1) << 12><<<4 * sms, 128, 0, s>>>(fsink.get(), float(i))), ...);
-      }(std::make_integer_sequence<int, 4>{});
+    cold_prelude(s, buf, sink.get(), fsink.get(), sms, sweep, i);
     before(i);
     call(i);
   }

@@ -88,17 +88,13 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int n = 2 * sms * 8;
   DeviceBuffer<unsigned long long> buf{size_t(n)};
-  DeviceBuffer<uint4> rd((size_t(std::max(mb, 1)) << 20) / sizeof(uint4));
+  DeviceBuffer<uint4> rd((size_t(mb) << 20) / sizeof(uint4));
   DeviceBuffer<uint32_t> sink(1);
   DeviceBuffer<float> fsink(1);
   rd.fill_bytes(0);
   buf.fill_bytes(0);
   CUDA_CHECK(cudaDeviceSynchronize());
-  if (mb > 0) bench::l2_evicting_read(rd.get(), rd.size() * sizeof(uint4), sink.get(), st);
-  if (sweep)
-    [&]<int... k>(std::integer_sequence<int, k...>) {
-      ((bench::icache_sweep<(k + 1) << 12><<<4 * sms, 128, 0, st>>>(fsink.get(), 1.0f)), ...);
-    }(std::make_integer_sequence<int, 4>{});
+  bench::cold_prelude(st, rd, sink.get(), fsink.get(), sms, sweep, 0);
   moe_grouped_set_probe(buf.get());
   call(0);
   moe_grouped_set_probe(nullptr);
@@ -125,8 +121,8 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
 // call's time being the span of its MoE launches (first start to last end, CUPTI).
 void cold_line(cudaStream_t st, int mb, bool sweep, double bytes, double bw, const std::function<void(int)>& call) {
   std::string why;
-  const bench::ColdTrace ct = bench::cold_trace(st, mb, sweep, call, [](int) {}, &why);
-  std::vector<dsv4::gpu::prof::KernelRecord> recs = ct.records;
+  bench::ColdTrace ct = bench::cold_trace(st, mb, sweep, call, [](int) {}, &why);
+  std::vector<dsv4::gpu::prof::KernelRecord>& recs = ct.records;
   std::sort(recs.begin(), recs.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   std::vector<double> spans;
   uint64_t lo = 0, hi = 0;

@@ -103,12 +103,11 @@ int sm_count() {
     set_wide_smem_attr<kDiagLoadOnly>();
     set_wide_smem_attr<kDiagMathOnly>();
     set_wide_smem_attr<kDiagNone, kWideHalfN>();
-    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
-    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages, kOneTokenUp>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
-    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_kernel<kShape8x4.warps, kShape8x4.stages, kOneTokenDown>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
+    constexpr int kW = kShape8x4.warps, kN = kShape8x4.stages;
+    for (const void* f : {reinterpret_cast<const void*>(moe_one_token_kernel<kW, kN, kOneTokenAll>),
+                          reinterpret_cast<const void*>(moe_one_token_kernel<kW, kN, kOneTokenUp>),
+                          reinterpret_cast<const void*>(moe_one_token_kernel<kW, kN, kOneTokenDown>)})
+      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
   });
   return counts[dev];
 }

@@ -132,7 +132,7 @@ struct Params {
   unsigned long long* probe;
 };
 constexpr int kProbeEvents = 8;
-constexpr int kOneTokenRows = 16;  // offset of the row counts in Params::sync1 (≥ 2 + kTok chunk keys)
+constexpr int kOneTokenRows = 2 + kTok;  // offset of the row counts in Params::sync1 (after the chunk keys)
 
 // Chunks of the shared expert for T tokens: ⌈T/ct⌉ chunks of ct = chunk_tokens, each listed twice
 // (two row halves).

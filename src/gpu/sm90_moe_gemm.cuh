@@ -155,6 +155,12 @@ __device__ __forceinline__ void prefetch_item_weights(const Params& p, int exper
     if (s < nst) issue_weights<kUp, kFp8>(iw, s, wsm + s * kWarpStageBytes, lane);
   cp_commit();
 }
+// The same for a down item of either kind (expert ≥ E: the shared expert's FP8 halves).
+template <int kNs>
+__device__ __forceinline__ void prefetch_down_weights(const Params& p, int expert, int tile, uint8_t* wsm, int lane) {
+  if (expert >= p.E) prefetch_item_weights<false, true, kNs>(p, expert, tile, wsm, lane);
+  else prefetch_item_weights<false, false, kNs>(p, expert, tile, wsm, lane);
+}
 
 // The expert of routed chunk r (counted after the shared ones) of a one-token call, or −1: the
 // token's distinct (clamped) expert ids in ascending order — the group kernel's chunk order, one

@@ -118,6 +118,28 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const __grid_constant__
     }
 }
 
+// Four columns c..c+3 of one token's combine: bf16(Σ_{j < k, in order} y[pos(j)] + y[shared_pos])
+// (fp32; the shared term only with the shared expert). kL2: loads through L2 (rows another SM
+// wrote during this launch), else plain loads.
+template <bool kL2, class Pos>
+__device__ __forceinline__ float4 combine_columns(const Params& p, const Pos& pos, int shared_pos, int c) {
+  const auto load = [&](int row) {
+    const float4* a = reinterpret_cast<const float4*>(p.y + size_t(row) * p.D + c);
+    return kL2 ? __ldcg(a) : *a;
+  };
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j = 0; j < p.k; ++j) {
+    const float4 v = load(pos(j));
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
+  }
+  const float4 sh = p.has_shared ? load(shared_pos) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  return make_float4(round_bf16(acc.x + sh.x), round_bf16(acc.y + sh.y), round_bf16(acc.z + sh.z),
+                     round_bf16(acc.w + sh.w));
+}
+
 // Phase 3: out[t] = bf16(Σ_{ascending expert id} y[pos] + y[shared pos]); blockDim = 256,
 // grid (T, ⌈D/1024⌉): each thread sums 4 columns (float4 loads, all k+1 independent), so a
 // small batch still spreads over several SMs with one load latency per thread.
@@ -135,22 +157,8 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const __grid_constant_
     }
     order[q] = j;
   }
-  const int P = p.T * p.k;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int j = 0; j < p.k; ++j) {
-    const float4 v =
-        *reinterpret_cast<const float4*>(p.y + size_t(p.slot_pos[t * p.k + order[j]]) * p.D + c);
-    acc.x += v.x;
-    acc.y += v.y;
-    acc.z += v.z;
-    acc.w += v.w;
-  }
-  const float4 sh = p.has_shared ? *reinterpret_cast<const float4*>(p.y + size_t(P + t) * p.D + c)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  *reinterpret_cast<float4*>(p.out + size_t(t) * p.D + c) = make_float4(round_bf16(acc.x + sh.x),
-                                                                        round_bf16(acc.y + sh.y),
-                                                                        round_bf16(acc.z + sh.z),
-                                                                        round_bf16(acc.w + sh.w));
+  *reinterpret_cast<float4*>(p.out + size_t(t) * p.D + c) =
+      combine_columns<false>(p, [&](int j) { return p.slot_pos[t * p.k + order[j]]; }, p.T * p.k + t, c);
 }
 
 // One-token calls in one launch (moe_one_token_kernel, sm90_moe_one_token.cuh): the group
@@ -193,6 +201,17 @@ __device__ __forceinline__ void one_token_plan(const Params& p, OneTokenPlan& pl
   }
 }
 
+// Probe events (Params::probe): entry, plan read, x quantized, gate+up items done, h ready for
+// the first down item (two launches: the down launch past its wait), down items done, exit (the
+// later launch's); 7: the last block combined (its warpgroup's row).
+enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined };
+__device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int wt) {
+  if (p.probe == nullptr || wt != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  p.probe[wg * kProbeEvents + ev] = t;
+}
+
 // Gate+up epilogue, after a 128-wide block of h's codes is stored: one more block of chunk key
 // `key` (the shared expert's two halves share key 0) is ready; down items wait for I/128.
 __device__ __forceinline__ void one_token_h_ready(const Params& p, int key, int lane) {
@@ -213,19 +232,8 @@ __device__ __forceinline__ void one_token_combine(const Params& p, const OneToke
   old = __shfl_sync(0xffffffffu, old, 0);
   if (old + unsigned(rows) != pl.rows) return;
   __threadfence();
-  const int c = row0 / 128 * 128 + lane * 4;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int j = 0; j < p.k; ++j) {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.y + size_t(j) * p.D + c));
-    acc.x += v.x;
-    acc.y += v.y;
-    acc.z += v.z;
-    acc.w += v.w;
-  }
-  const float4 sh = p.has_shared ? __ldcg(reinterpret_cast<const float4*>(p.y + size_t(p.k) * p.D + c))
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  *reinterpret_cast<float4*>(p.out + c) = make_float4(round_bf16(acc.x + sh.x), round_bf16(acc.y + sh.y),
-                                                      round_bf16(acc.z + sh.z), round_bf16(acc.w + sh.w));
+  const int c = row0 / 128 * 128 + lane * 4;  // position j is routed slot j's (the plan's order)
+  *reinterpret_cast<float4*>(p.out + c) = combine_columns<true>(p, [](int j) { return j; }, p.k, c);
   if (lane == 0) {
     *cnt = 0;
     unsigned* done = p.sync1 + kOneTokenRows + p.D / 128;
@@ -233,11 +241,7 @@ __device__ __forceinline__ void one_token_combine(const Params& p, const OneToke
     if (atomicAdd(done, 1u) == unsigned(p.D / 128 - 1)) {  // every down item is past its wait
       for (int key = 0; key < pl.nch; ++key) p.sync1[key] = 0;
       *done = 0;
-      if (p.probe != nullptr) {  // the last block combined (probe event 7 of warpgroup 0)
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        p.probe[7] = t;
-      }
+      probe_stamp(p, 0, kPrCombined, 0);  // the last block combined (warpgroup 0's row)
     }
   }
 }

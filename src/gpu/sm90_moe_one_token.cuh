@@ -23,17 +23,6 @@
 
 namespace dsv4::gpu::moe4 {
 
-// Probe events (Params::probe): entry, plan read, x quantized, gate+up items done, h ready for
-// the first down item (two launches: the down launch past its wait), down items done, exit (the
-// later launch's); 7: the last block combined (its warpgroup's row).
-enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined };
-__device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int wt) {
-  if (p.probe == nullptr || wt != 0) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  p.probe[wg * kProbeEvents + ev] = t;
-}
-
 // Spins (thread 0 of the warpgroup, then its barrier) until h's chunk key holds `blocks` blocks.
 __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned blocks, int wt, int bar) {
   if (wt == 0) {
@@ -82,8 +71,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     __syncthreads();
     if (item < plan.nch * gd) {
       const int ci = item / gd, tile = (item - ci * gd) * 4 + (warp & 3);
-      if (plan.ch[ci].expert >= p.E) prefetch_item_weights<false, true, kNs>(p, plan.ch[ci].expert, tile, wsm, lane);
-      else prefetch_item_weights<false, false, kNs>(p, plan.ch[ci].expert, tile, wsm, lane);
+      prefetch_down_weights<kNs>(p, plan.ch[ci].expert, tile, wsm, lane);
       w_pre = true;
     }
     pdl_wait();
@@ -142,10 +130,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
       const int d = item - up_items, ci = d / gd, tile = (d - ci * gd) * 4 + (warp & 3);
       const Chunk ch = plan.ch[ci];
       const bool fp8 = ch.expert >= p.E;
-      if (!w_pre) {
-        if (fp8) prefetch_item_weights<false, true, kNs>(p, ch.expert, tile, wsm, lane);
-        else prefetch_item_weights<false, false, kNs>(p, ch.expert, tile, wsm, lane);
-      }
+      if (!w_pre) prefetch_down_weights<kNs>(p, ch.expert, tile, wsm, lane);
       if constexpr (kPhase == kOneTokenAll) {  // the down launch's grid dependency already waited
         const bool first_down = item - int(gridDim.x) * kNg < up_items;  // the previous item was gate+up or none
         if (first_down) probe_stamp(p, wg, kPrUp, wt);
