@@ -113,6 +113,18 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
     std::sort(t.begin(), t.end());
     std::printf(" %s %.1f/%.1f/%.1f", names[e], t.front(), t[t.size() / 2], t.back());
   }
+  // Is the gate+up phase bound per SM? The "up" stamps split by how many of the CTA's two
+  // warpgroups ran gate+up items (both / one): equal medians say no.
+  std::vector<double> up2, up1;
+  for (int c = 0; c < sms; ++c) {
+    const unsigned long long a = v[c * 8 + 3], b = v[(c + sms) * 8 + 3];
+    for (unsigned long long u : {a, b})
+      if (u != 0) ((a != 0 && b != 0) ? up2 : up1).push_back(double(u - t0) / 1e3);
+  }
+  for (auto* t : {&up2, &up1}) std::sort(t->begin(), t->end());
+  if (!up2.empty() && !up1.empty())
+    std::printf(" | up on SMs with 2 / 1 busy groups: n %zu / %zu med %.1f / %.1f", up2.size(), up1.size(),
+                up2[up2.size() / 2], up1[up1.size() / 2]);
   std::printf("\n");
 }
 
