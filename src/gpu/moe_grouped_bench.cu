@@ -84,9 +84,10 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
 // code sweep with DSV4_BENCH_COLD_CODE=1) when set: per event, µs since the first warpgroup's
 // entry — min, median and max over the warpgroups that reached it.
 void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(int)>& call) {
+  constexpr int kEv = 16;  // moe4::kProbeEvents
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int n = 2 * sms * 8;
+  const int n = 2 * sms * kEv;
   DeviceBuffer<unsigned long long> buf{size_t(n)};
   DeviceBuffer<uint4> rd((size_t(mb) << 20) / sizeof(uint4));
   DeviceBuffer<uint32_t> sink(1);
@@ -102,29 +103,35 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
   const std::vector<unsigned long long> v = buf.download();
   unsigned long long t0 = ~0ull;
   for (int w = 0; w < 2 * sms; ++w)
-    if (v[w * 8] != 0) t0 = std::min(t0, v[w * 8]);
-  const char* names[8] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined"};
+    if (v[w * kEv] != 0) t0 = std::min(t0, v[w * kEv]);
+  auto us = [&](unsigned long long t) { return double(t - t0) / 1e3; };
+  const char* names[14] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined",
+                           "s0", "s4", "s8", "s12", "slast", "upepi"};
   std::printf("  probe (us since the first entry; min/med/max over warpgroups):");
   for (int e = 0; e < 8; ++e) {
     std::vector<double> t;
     for (int w = 0; w < 2 * sms; ++w)
-      if (v[w * 8 + e] != 0) t.push_back(double(v[w * 8 + e] - t0) / 1e3);
+      if (v[w * kEv + e] != 0) t.push_back(us(v[w * kEv + e]));
     if (t.empty()) continue;
     std::sort(t.begin(), t.end());
     std::printf(" %s %.1f/%.1f/%.1f", names[e], t.front(), t[t.size() / 2], t.back());
   }
-  // Is the gate+up phase bound per SM? The "up" stamps split by how many of the CTA's two
-  // warpgroups ran gate+up items (both / one): equal medians say no.
-  std::vector<double> up2, up1;
-  for (int c = 0; c < sms; ++c) {
-    const unsigned long long a = v[c * 8 + 3], b = v[(c + sms) * 8 + 3];
-    for (unsigned long long u : {a, b})
-      if (u != 0) ((a != 0 && b != 0) ? up2 : up1).push_back(double(u - t0) / 1e3);
+  // Is the gate+up phase bound per SM? A gate+up item's stage stamps and its end, medians over
+  // the warpgroups of CTAs whose two warpgroups both ran one (2) / only one did (1).
+  std::printf("\n  probe gate+up stages, med on SMs with 2 / 1 busy groups:");
+  for (int e = 8; e < 14; ++e) {
+    std::vector<double> two, one;
+    for (int c = 0; c < sms; ++c) {
+      const unsigned long long a = v[c * kEv + 3], b = v[(c + sms) * kEv + 3];
+      const unsigned long long ea = v[c * kEv + e], eb = v[(c + sms) * kEv + e];
+      if (a != 0 && ea != 0) ((b != 0) ? two : one).push_back(us(ea));
+      if (b != 0 && eb != 0) ((a != 0) ? two : one).push_back(us(eb));
+    }
+    std::sort(two.begin(), two.end());
+    std::sort(one.begin(), one.end());
+    std::printf(" %s %.1f/%.1f (n %zu/%zu)", names[e], two.empty() ? 0.0 : two[two.size() / 2],
+                one.empty() ? 0.0 : one[one.size() / 2], two.size(), one.size());
   }
-  for (auto* t : {&up2, &up1}) std::sort(t->begin(), t->end());
-  if (!up2.empty() && !up1.empty())
-    std::printf(" | up on SMs with 2 / 1 busy groups: n %zu / %zu med %.1f / %.1f", up2.size(), up1.size(),
-                up2[up2.size() / 2], up1[up1.size() / 2]);
   std::printf("\n");
 }
 

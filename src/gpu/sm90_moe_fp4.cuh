@@ -131,7 +131,7 @@ struct Params {
   // [kProbeEvents] ns (nullptr: none).
   unsigned long long* probe;
 };
-constexpr int kProbeEvents = 8;
+constexpr int kProbeEvents = 16;
 constexpr int kOneTokenRows = 2 + kTok;  // offset of the row counts in Params::sync1 (after the chunk keys)
 
 // Chunks of the shared expert for T tokens: ⌈T/ct⌉ chunks of ct = chunk_tokens, each listed twice

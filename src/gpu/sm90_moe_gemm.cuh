@@ -80,6 +80,9 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     cp_wait<kNs - 2>();
     fence_proxy_async();
     group_sync(bar);
+    if constexpr (kT1 && kUp)  // the probe: when stages 0, 4, 8, 12 and the last are in
+      if ((s & 3) == 0 || s == nst - 1)
+        probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrStage0 + (s == nst - 1 ? kPrStages - 1 : min(s >> 2, kPrStages - 2)), wt);
     issue(s + kNs - 1, true);
     if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
     stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
@@ -125,6 +128,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
       if (lane == 0) p.arrive[ci * nqb + qb] = 0;
       if constexpr (kT1) one_token_h_ready(p, kFp8 ? 0 : ci, lane);
     }
+    if constexpr (kT1) probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrUpEpi, wt);
   } else {
 #pragma unroll
     for (int j = 0; j < kJ; ++j)

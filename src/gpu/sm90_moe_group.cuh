@@ -203,8 +203,11 @@ __device__ __forceinline__ void one_token_plan(const Params& p, OneTokenPlan& pl
 
 // Probe events (Params::probe): entry, plan read, x quantized, gate+up items done, h ready for
 // the first down item (two launches: the down launch past its wait), down items done, exit (the
-// later launch's); 7: the last block combined (its warpgroup's row).
-enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined };
+// later launch's); 7: the last block combined (its warpgroup's row); 8..12: a gate+up item's
+// stages 0, 4, 8, 12 and its last stage ready (all 4 warps' copies in), 13: its epilogue done.
+enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined, kPrStage0 };
+constexpr int kPrStages = 5;  // kPrStage0 .. kPrStage0 + 4, then kPrUpEpi
+constexpr int kPrUpEpi = kPrStage0 + kPrStages;
 __device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int wt) {
   if (p.probe == nullptr || wt != 0) return;
   unsigned long long t;
