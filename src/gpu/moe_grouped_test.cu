@@ -270,7 +270,10 @@ TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
   EXPECT_THROW(moe_grouped_set_pipeline(15), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(16), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(17), dsv4::Error);
-  EXPECT_THROW(moe_grouped_set_pipeline(20, true), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(20), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(21), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(22, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(21, true));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(19));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(18));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(17, true));

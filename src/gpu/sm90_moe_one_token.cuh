@@ -46,7 +46,8 @@ constexpr int kOneTokenAll = 0, kOneTokenUp = 1, kOneTokenDown = 2;
 // One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings
 // (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
 // fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, xq / xs holding ≥ gridDim.x rows.
-template <int kNw, int kNs, int kPhase = kOneTokenAll>
+// kDiag (benchmarks, wrong results): the moe_gemm_kernel diagnostics (load-only, skeleton).
+template <int kNw, int kNs, int kPhase = kOneTokenAll, int kDiag = kDiagNone>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid_constant__ Params p) {
   static_assert(kNw % 4 == 0, "whole warpgroups");
   constexpr int kNg = kNw / 4;
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     // router's ids are complete; read through L2).
     if (warp == 0) one_token_plan(p, plan);
     __syncthreads();
-    if (item < plan.nch * gd) {
+    if (diag_copies_weights(kDiag) && item < plan.nch * gd) {
       const int ci = item / gd, tile = (item - ci * gd) * 4 + (warp & 3);
       prefetch_down_weights<kNs>(p, plan.ch[ci].expert, tile, wsm, lane);
       w_pre = true;
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
   } else {
     // Before the grid dependency resolves: the shared expert's gate+up items come first
     // whatever the routing, so their weights may stream already.
-    if (p.has_shared && item < 2 * gu) {
+    if (diag_copies_weights(kDiag) && p.has_shared && item < 2 * gu) {
       prefetch_item_weights<true, true, kNs>(p, p.E + item / gu, (item % gu) * 4 + (warp & 3), wsm, lane);
       w_pre = true;
     }
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     if (warp == 0) one_token_plan(p, plan);
     __syncthreads();
     probe_stamp(p, wg, kPrPlan, wt);
-    if (!w_pre && item < plan.nch * gu) {  // a routed first item: its weights before x's Q8
+    if (diag_copies_weights(kDiag) && !w_pre && item < plan.nch * gu) {  // a routed first item: its weights before x's Q8
       prefetch_item_weights<true, false, kNs>(p, plan.ch[item / gu].expert, (item % gu) * 4 + (warp & 3), wsm,
                                               lane);
       w_pre = true;
@@ -123,14 +124,14 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
       const int ci = item / gu, tile = (item - ci * gu) * 4 + (warp & 3);
       const Chunk ch = plan.ch[ci];
       if (ch.expert >= p.E)
-        moe_item<true, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
+        moe_item<true, true, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
       else
-        moe_item<true, false, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
+        moe_item<true, false, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
     } else {
       const int d = item - up_items, ci = d / gd, tile = (d - ci * gd) * 4 + (warp & 3);
       const Chunk ch = plan.ch[ci];
       const bool fp8 = ch.expert >= p.E;
-      if (!w_pre) prefetch_down_weights<kNs>(p, ch.expert, tile, wsm, lane);
+      if (diag_copies_weights(kDiag) && !w_pre) prefetch_down_weights<kNs>(p, ch.expert, tile, wsm, lane);
       if constexpr (kPhase == kOneTokenAll) {  // the down launch's grid dependency already waited
         const bool first_down = item - int(gridDim.x) * kNg < up_items;  // the previous item was gate+up or none
         if (first_down && item >= int(gridDim.x) * kNg) probe_stamp(p, wg, kPrUp, wt);  // it ran a gate+up item
@@ -138,9 +139,9 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
         if (first_down) probe_stamp(p, wg, kPrReady, wt);
       }
       if (fp8)
-        moe_item<false, true, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
+        moe_item<false, true, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
       else
-        moe_item<false, false, kNs, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
+        moe_item<false, false, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
     }
     w_pre = false;
   }
