@@ -105,8 +105,8 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
   for (int w = 0; w < 2 * sms; ++w)
     if (v[w * kEv] != 0) t0 = std::min(t0, v[w * kEv]);
   auto us = [&](unsigned long long t) { return double(t - t0) / 1e3; };
-  const char* names[14] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined",
-                           "s0", "s4", "s8", "s12", "slast", "upepi"};
+  const char* names[16] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined",
+                           "s0", "s4", "s8", "s12", "slast", "upepi", "epi0", "arrived"};
   std::printf("  probe (us since the first entry; min/med/max over warpgroups):");
   for (int e = 0; e < 8; ++e) {
     std::vector<double> t;
@@ -119,7 +119,7 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
   // Is the gate+up phase bound per SM? A gate+up item's stage stamps and its end, medians over
   // the warpgroups of CTAs whose two warpgroups both ran one (2) / only one did (1).
   std::printf("\n  probe gate+up stages, med on SMs with 2 / 1 busy groups:");
-  for (int e = 8; e < 14; ++e) {
+  for (int e = 8; e < 16; ++e) {
     std::vector<double> two, one;
     for (int c = 0; c < sms; ++c) {
       const unsigned long long a = v[c * kEv + 3], b = v[(c + sms) * kEv + 3];

@@ -225,6 +225,18 @@ __device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8
   for (int i = 0; i < 4; ++i) codes_row[mma_layout_offset(k0 + lane * 4 + i)] = codes[i];
   if (lane == 0) *scale = sc;
 }
+// Counters between warps of different CTAs without a full fence (the CUTLASS semaphore pattern):
+// the warp's lanes meet at __syncwarp, then lane 0 adds with release (its lanes' earlier stores
+// become visible GPU-wide first) or acquire-release (and the earlier adds' stores become visible
+// to it; a __syncwarp after passes that on to its lanes).
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* a, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(a), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void red_add_release_gpu(unsigned* a, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(a), "r"(v) : "memory");
+}
 // One h value from the fp32 gate and up sums (spec §4.8): both rounded to bf16, clamped (limit > 0),
 // SwiGLU, times the routing weight w (kWeighted: routed experts), rounded to bf16.
 template <bool kWeighted>

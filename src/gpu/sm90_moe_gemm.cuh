@@ -113,13 +113,14 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     // The last of the 128/kRows items covering this 128-wide I block quantizes it (Q8, per
     // token). All of them belong to chunk entry ci (an FP8 half covers whole blocks).
     const int qb = row0 / 128, nqb = p.I / 128;
-    __threadfence();
+    if constexpr (kT1) probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrUpEpi0, wt);
     __syncwarp();
     unsigned old = 0;
-    if (lane == 0) old = atomicAdd(&p.arrive[ci * nqb + qb], 1u);
+    if (lane == 0) old = atom_add_acq_rel_gpu(&p.arrive[ci * nqb + qb], 1u);
     old = __shfl_sync(0xffffffffu, old, 0);
+    if constexpr (kT1) probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrUpArrived, wt);
     if (old == 128 / kRows - 1) {
-      __threadfence();
+      __syncwarp();
       for (int i = 0; i < ch.n; ++i) {
         const size_t pos = ch.pos + i;
         const float4 v = __ldcg(reinterpret_cast<const float4*>(p.h + pos * p.I + qb * 128 + lane * 4));

@@ -205,9 +205,10 @@ __device__ __forceinline__ void one_token_plan(const Params& p, OneTokenPlan& pl
 // the first down item (two launches: the down launch past its wait), down items done, exit (the
 // later launch's); 7: the last block combined (its warpgroup's row); 8..12: a gate+up item's
 // stages 0, 4, 8, 12 and its last stage ready (all 4 warps' copies in), 13: its epilogue done.
+// 14: its epilogue's h stored, 15: its block counter added.
 enum ProbeEvent : int { kPrEntry, kPrPlan, kPrXq, kPrUp, kPrReady, kPrDown, kPrExit, kPrCombined, kPrStage0 };
 constexpr int kPrStages = 5;  // kPrStage0 .. kPrStage0 + 4, then kPrUpEpi
-constexpr int kPrUpEpi = kPrStage0 + kPrStages;
+constexpr int kPrUpEpi = kPrStage0 + kPrStages, kPrUpEpi0 = kPrUpEpi + 1, kPrUpArrived = kPrUpEpi + 2;
 __device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int wt) {
   if (p.probe == nullptr || wt != 0) return;
   unsigned long long t;
@@ -218,8 +219,8 @@ __device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int
 // Gate+up epilogue, after a 128-wide block of h's codes is stored: one more block of chunk key
 // `key` (the shared expert's two halves share key 0) is ready; down items wait for I/128.
 __device__ __forceinline__ void one_token_h_ready(const Params& p, int key, int lane) {
-  __threadfence();
-  if (lane == 0) atomicAdd(&p.sync1[key], 1u);
+  __syncwarp();
+  if (lane == 0) red_add_release_gpu(&p.sync1[key], 1u);
 }
 
 // Down epilogue, after a warp stored its `rows` rows of y from row0 (all in one 128-row block):
@@ -228,13 +229,12 @@ __device__ __forceinline__ void one_token_h_ready(const Params& p, int key, int 
 __device__ __forceinline__ void one_token_combine(const Params& p, const OneTokenPlan& pl, int row0, int rows,
                                                   int lane) {
   unsigned* cnt = p.sync1 + kOneTokenRows + row0 / 128;
-  __threadfence();
   __syncwarp();
   unsigned old = 0;
-  if (lane == 0) old = atomicAdd(cnt, unsigned(rows));
+  if (lane == 0) old = atom_add_acq_rel_gpu(cnt, unsigned(rows));
   old = __shfl_sync(0xffffffffu, old, 0);
   if (old + unsigned(rows) != pl.rows) return;
-  __threadfence();
+  __syncwarp();
   const int c = row0 / 128 * 128 + lane * 4;  // position j is routed slot j's (the plan's order)
   *reinterpret_cast<float4*>(p.out + c) = combine_columns<true>(p, [](int j) { return j; }, p.k, c);
   if (lane == 0) {

@@ -32,7 +32,6 @@ __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned block
       if (v >= blocks) break;
       __nanosleep(64);
     }
-    __threadfence();
   }
   group_sync(bar);
 }
