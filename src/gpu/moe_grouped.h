@@ -125,7 +125,8 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // the math / math without the copies; 16 / 17: 8 × 4 without the group launch (17: nor the combine
 // launch), on the lists a previous call of the same T (and shared expert or not) left in the
 // workspace — what the launch costs in the chain; 20 / 21: 18 streaming the weights without the
-// math / with neither. The environment variable DSV4_MOE_VARIANT
+// math / with neither. 22: 18 with its routed gate+up and down bodies run dry before the grid
+// dependency (their code fetched while the previous kernel runs). The environment variable DSV4_MOE_VARIANT
 // (read once) picks a variant with right results for every call that this knob leaves at 0
 // (A/B runs of the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);

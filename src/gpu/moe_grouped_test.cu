@@ -193,7 +193,7 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   };
   const Run runs[] = {{0, false}, {0, false}, {1, false}, {1, false}, {0, true},
                       {1, true},  {4, false}, {4, true},  {7, false}, {8, false},
-                      {8, true},  {9, false}, {9, true}, {12, false}, {12, true}, {18, false}, {18, true}, {19, false}, {19, true}};
+                      {8, true},  {9, false}, {9, true}, {12, false}, {12, true}, {18, false}, {18, true}, {19, false}, {19, true}, {22, false}, {22, true}};
   std::vector<float> first;
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -272,7 +272,8 @@ TEST(MoeGroupedPipeline, DiagnosticVariantsNeedAllowDiagnostic) {
   EXPECT_THROW(moe_grouped_set_pipeline(17), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(20), dsv4::Error);
   EXPECT_THROW(moe_grouped_set_pipeline(21), dsv4::Error);
-  EXPECT_THROW(moe_grouped_set_pipeline(22, true), dsv4::Error);
+  EXPECT_THROW(moe_grouped_set_pipeline(23, true), dsv4::Error);
+  EXPECT_NO_THROW(moe_grouped_set_pipeline(22));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(21, true));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(19));
   EXPECT_NO_THROW(moe_grouped_set_pipeline(18));

@@ -33,12 +33,15 @@ namespace dsv4::gpu::moe4 {
 template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN, bool kT1 = false>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
                                          uint8_t* gsm, int bar, int wt, bool w_pre,
-                                         const OneTokenPlan* plan = nullptr) {
+                                         const OneTokenPlan* plan = nullptr, bool dry_run = false) {
+  // kT1's dry run (moe_one_token_kernel's code warm-up): one stage of math on whatever the ring
+  // holds, no copies, no waits, no global stores — the same instructions fetched, nothing changed.
+  const bool dry = kT1 && dry_run;
   constexpr int kJ = kN / 8;                  // n8 column blocks of the wgmma (1 or 4)
   constexpr int kGs = group_stage_bytes(kN), kXs = group_stage_xs(kN);
   const ExpertPtrs ex = kFp8 ? p.shared : p.experts[ch.expert];
   const int K = kUp ? p.D : p.I;
-  const int nst = K / 256;                         // stages (256 K each)
+  const int nst = dry ? 1 : K / 256;               // stages (256 K each)
   const int row0 = item_row0<kUp, kFp8>(p, ch.expert, tile);
   const ItemWeights iw = item_weights<kUp, kFp8>(p, ex, row0);
   const uint8_t *sA = iw.sA, *sB = iw.sB;  // FP8: block-row scales
@@ -56,6 +59,7 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   const float* ssrc = (kUp ? p.xs : p.hs) + size_t(act_row(min(wt, kN - 1))) * (K / 128);
 
   auto issue = [&](int s, bool weights) {
+    if (dry) return;
     if (s < nst) {
       uint8_t* gs = gsm + (s % kNs) * kGs;
       if (weights && diag_copies_weights(kDiag)) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
@@ -77,17 +81,17 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s) issue(s, !w_pre);
   for (int s = 0; s < nst; ++s) {
-    cp_wait<kNs - 2>();
+    if (!dry) cp_wait<kNs - 2>();
     fence_proxy_async();
     group_sync(bar);
     if constexpr (kT1 && kUp)  // the probe: when stages 0, 4, 8, 12 and the last are in
-      if ((s & 3) == 0 || s == nst - 1)
+      if (!dry && ((s & 3) == 0 || s == nst - 1))
         probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrStage0 + (s == nst - 1 ? kPrStages - 1 : min(s >> 2, kPrStages - 2)), wt);
     issue(s + kNs - 1, true);
     if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
     stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
   }
-  cp_wait<0>();
+  if (!dry) cp_wait<0>();
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
   if constexpr (!kFp8) {  // u → acc = u·S
 #pragma unroll
@@ -108,11 +112,12 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
           const float hv = swiglu_h<!kFp8>(kFp8 ? acc[0][4 * j + c] : acc[0][4 * j + 2 * r + c],
                                            kFp8 ? acc[0][4 * j + 2 + c] : acc[1][4 * j + 2 * r + c], p.limit,
                                            kFp8 ? 1.0f : (kT1 ? plan->pw : p.pos_weight)[ch.pos + min(i, ch.n - 1)]);
-          if (i < ch.n) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = hv;
+          if (i < ch.n && !dry) p.h[size_t(ch.pos + i) * p.I + row0 + g + 8 * r] = hv;
         }
     // The last of the 128/kRows items covering this 128-wide I block quantizes it (Q8, per
     // token). All of them belong to chunk entry ci (an FP8 half covers whole blocks).
     const int qb = row0 / 128, nqb = p.I / 128;
+    if (dry) return;
     if constexpr (kT1) probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrUpEpi0, wt);
     __syncwarp();
     unsigned old = 0;
@@ -140,10 +145,11 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int i = 8 * j + 2 * t + c;
-            if (i < ch.n)
+            if (i < ch.n && !dry)
               p.y[size_t(ch.pos + i) * p.D + row0 + mt * 16 + g + 8 * r] = round_bf16(acc[mt][4 * j + 2 * r + c]);
           }
-    if constexpr (kT1) one_token_combine(p, *plan, row0, kFp8 ? 16 : 32, lane);
+    if constexpr (kT1)
+      if (!dry) one_token_combine(p, *plan, row0, kFp8 ? 16 : 32, lane);
   }
 }
 

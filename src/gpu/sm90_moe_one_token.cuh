@@ -46,7 +46,7 @@ constexpr int kOneTokenAll = 0, kOneTokenUp = 1, kOneTokenDown = 2;
 // (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
 // fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, xq / xs holding ≥ gridDim.x rows.
 // kDiag (benchmarks, wrong results): the moe_gemm_kernel diagnostics (load-only, skeleton).
-template <int kNw, int kNs, int kPhase = kOneTokenAll, int kDiag = kDiagNone>
+template <int kNw, int kNs, int kPhase = kOneTokenAll, int kDiag = kDiagNone, bool kDryCode = false>
 __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid_constant__ Params p) {
   static_assert(kNw % 4 == 0, "whole warpgroups");
   constexpr int kNg = kNw / 4;
@@ -78,6 +78,15 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     pdl_trigger();
     probe_stamp(p, wg, kPrReady, wt);  // h ready: the gate+up launch is complete
   } else {
+    // kDryCode (variant 22): before the grid dependency resolves, each warpgroup runs the routed
+    // gate+up and down bodies dry (moe_item's dry_run), so that their code is in the SM's
+    // instruction caches before the weight stream competes with its fetch (docs/moe-grouped.md
+    // round 21). Before the shared expert's prefetch: a dry run issues no copies and waits for none.
+    if constexpr (kDryCode) {
+      const Chunk dry_ch{0, 0, 1};
+      moe_item<true, false, kNs, kDiag, kBq, kTok, true>(p, dry_ch, 0, warp & 3, wsm, gsm, bar, wt, true, &plan, true);
+      moe_item<false, false, kNs, kDiag, kBq, kTok, true>(p, dry_ch, 0, warp & 3, wsm, gsm, bar, wt, true, &plan, true);
+    }
     // Before the grid dependency resolves: the shared expert's gate+up items come first
     // whatever the routing, so their weights may stream already.
     if (diag_copies_weights(kDiag) && p.has_shared && item < 2 * gu) {
