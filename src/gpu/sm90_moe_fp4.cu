@@ -313,11 +313,11 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     variant = p.T >= 3072 ? 9 : p.T >= 896 ? 12 : p.T >= 640 ? 8 : p.T >= 2 ? 4 : 7;
   // Variant 18 (the one-token launch, sm90_moe_one_token.cuh, 8 warps × 4-stage rings) serves
   // T = 1 with k ≤ 8; other calls run 7, its CTA shape. Not the default: in the model (code
-  // evicted between layers) it is ~2 µs a layer slower (docs/moe-grouped.md round 20). Variant
-  // 19: the same items in two launches, gate+up then down (built in the thirty-second session,
-  // not yet run on a GPU).
-  // Diagnostics 20 / 21: 18 with the weights streamed but no math / neither (wrong results).
-  // 22: 18 with its routed bodies run dry before the grid dependency (their code fetched early).
+  // evicted between layers) it is ~2–3 µs a layer slower: its code comes from HBM behind the
+  // weight stream (docs/moe-grouped.md rounds 20, 21). Variant 19: the same items in two
+  // launches, gate+up then down (slower than 18 and 7, round 21). Diagnostics 20 / 21: 18 with
+  // the weights streamed but no math / neither (wrong results). 22: 18 with its routed bodies
+  // run dry before the grid dependency, their code fetched early (built, not yet run on a GPU).
   if (variant >= 18 && variant <= 22) {
     if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
       p.chunk_tokens = moe4::kTok;
