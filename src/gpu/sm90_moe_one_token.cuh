@@ -42,6 +42,15 @@ __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned block
 // its grid dependency replaces the per-expert wait).
 constexpr int kOneTokenAll = 0, kOneTokenUp = 1, kOneTokenDown = 2;
 
+// An item of the one-token launch: moe_item<kT1> (dry: variant 22's dry pass — the same inlined
+// instructions with the copies, waits and global stores skipped).
+template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq>
+__device__ __forceinline__ void one_token_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
+                                               uint8_t* gsm, int bar, int wt, bool w_pre, const OneTokenPlan* plan,
+                                               bool dry) {
+  moe_item<kUp, kFp8, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, plan, dry);
+}
+
 // One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings
 // (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
 // fills them, with T = 1, 1 ≤ k + has_shared, k ≤ kTok, xq / xs holding ≥ gridDim.x rows.
@@ -77,16 +86,10 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     pdl_wait();
     pdl_trigger();
     probe_stamp(p, wg, kPrReady, wt);  // h ready: the gate+up launch is complete
-  } else {
-    // kDryCode (variant 22): before the grid dependency resolves, each warpgroup runs the routed
-    // gate+up and down bodies dry (moe_item's dry_run), so that their code is in the SM's
-    // instruction caches before the weight stream competes with its fetch (docs/moe-grouped.md
-    // round 21). Before the shared expert's prefetch: a dry run issues no copies and waits for none.
-    if constexpr (kDryCode) {
-      const Chunk dry_ch{0, 0, 1};
-      moe_item<true, false, kNs, kDiag, kBq, kTok, true>(p, dry_ch, 0, warp & 3, wsm, gsm, bar, wt, true, &plan, true);
-      moe_item<false, false, kNs, kDiag, kBq, kTok, true>(p, dry_ch, 0, warp & 3, wsm, gsm, bar, wt, true, &plan, true);
-    }
+  }
+  // The gate+up launch's prologue: the shared expert's first weights, the grid dependency, the
+  // lists, the routed first item's weights, x's Q8.
+  auto up_prologue = [&]() {
     // Before the grid dependency resolves: the shared expert's gate+up items come first
     // whatever the routing, so their weights may stream already.
     if (diag_copies_weights(kDiag) && p.has_shared && item < 2 * gu) {
@@ -124,34 +127,63 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     __threadfence_block();
     __syncthreads();
     probe_stamp(p, wg, kPrXq, wt);
-  }
-  const int nch = plan.nch, up_items = kPhase == kOneTokenDown ? 0 : nch * gu;
-  const int total = up_items + (kPhase == kOneTokenUp ? 0 : nch * gd);
-  for (; item < total; item += gridDim.x * kNg) {
-    if (item < up_items) {
-      const int ci = item / gu, tile = (item - ci * gu) * 4 + (warp & 3);
-      const Chunk ch = plan.ch[ci];
-      if (ch.expert >= p.E)
-        moe_item<true, true, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
+  };
+  // kDryCode (variant 22, kOneTokenAll): the loop's first two passes run the routed gate+up and
+  // down bodies dry before the prologue — before the grid dependency resolves — so that their
+  // code is in the SM's instruction caches before the weight stream competes with its fetch
+  // (docs/moe-grouped.md round 21). dry_pass is opaque to the compiler, so the dry passes run
+  // the same inlined instructions as the real items.
+  static_assert(!kDryCode || kPhase == kOneTokenAll, "dry passes in the one-launch form only");
+  int dry_pass = 0;
+  if constexpr (kDryCode) asm volatile("mov.b32 %0, 2;\n" : "=r"(dry_pass));
+  if constexpr (kPhase != kOneTokenDown && !kDryCode) up_prologue();
+  int nch = 0, up_items = 0, total = 0;
+  auto count_items = [&]() {
+    nch = plan.nch;
+    up_items = kPhase == kOneTokenDown ? 0 : nch * gu;
+    total = up_items + (kPhase == kOneTokenUp ? 0 : nch * gd);
+  };
+  if constexpr (!kDryCode) count_items();
+  bool listed = !kDryCode;
+  for (;;) {
+    const bool dry = kDryCode && dry_pass > 0;
+    if (kDryCode && !dry && !listed) {
+      up_prologue();
+      count_items();
+      listed = true;
+    }
+    if (!dry && item >= total) break;
+    if (dry ? dry_pass == 2 : item < up_items) {
+      const int ci = dry ? 0 : item / gu, tile = dry ? (warp & 3) : (item - ci * gu) * 4 + (warp & 3);
+      const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
+      if (!dry && ch.expert >= p.E)
+        one_token_item<true, true, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan, false);
       else
-        moe_item<true, false, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan);
+        one_token_item<true, false, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre || dry, &plan, dry);
     } else {
-      const int d = item - up_items, ci = d / gd, tile = (d - ci * gd) * 4 + (warp & 3);
-      const Chunk ch = plan.ch[ci];
-      const bool fp8 = ch.expert >= p.E;
-      if (diag_copies_weights(kDiag) && !w_pre) prefetch_down_weights<kNs>(p, ch.expert, tile, wsm, lane);
-      if constexpr (kPhase == kOneTokenAll) {  // the down launch's grid dependency already waited
-        const bool first_down = item - int(gridDim.x) * kNg < up_items;  // the previous item was gate+up or none
-        if (first_down && item >= int(gridDim.x) * kNg) probe_stamp(p, wg, kPrUp, wt);  // it ran a gate+up item
-        wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
-        if (first_down) probe_stamp(p, wg, kPrReady, wt);
+      const int d = item - up_items, ci = dry ? 0 : d / gd, tile = dry ? (warp & 3) : (d - ci * gd) * 4 + (warp & 3);
+      const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
+      const bool fp8 = !dry && ch.expert >= p.E;
+      if (!dry) {
+        if (diag_copies_weights(kDiag) && !w_pre) prefetch_down_weights<kNs>(p, ch.expert, tile, wsm, lane);
+        if constexpr (kPhase == kOneTokenAll) {  // the down launch's grid dependency already waited
+          const bool first_down = item - int(gridDim.x) * kNg < up_items;  // the previous item was gate+up or none
+          if (first_down && item >= int(gridDim.x) * kNg) probe_stamp(p, wg, kPrUp, wt);  // it ran a gate+up item
+          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
+          if (first_down) probe_stamp(p, wg, kPrReady, wt);
+        }
       }
       if (fp8)
-        moe_item<false, true, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
+        one_token_item<false, true, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, false);
       else
-        moe_item<false, false, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan);
+        one_token_item<false, false, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, dry);
     }
-    w_pre = false;
+    if (dry) {
+      --dry_pass;
+    } else {
+      item += gridDim.x * kNg;
+      w_pre = false;
+    }
   }
   const int last = item - int(gridDim.x) * kNg;  // the last item run (< 0: none)
   if (last >= 0) probe_stamp(p, wg, last >= up_items ? kPrDown : kPrUp, wt);
