@@ -85,8 +85,10 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     fence_proxy_async();
     group_sync(bar);
     if constexpr (kT1 && kUp)  // the probe: when stages 0, 4, 8, 12 and the last are in
-      if (!dry && ((s & 3) == 0 || s == nst - 1))
-        probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrStage0 + (s == nst - 1 ? kPrStages - 1 : min(s >> 2, kPrStages - 2)), wt);
+      if (!dry && ((s & 3) == 0 || s == nst - 1)) {
+        const int ev = kPrStage0 + (s == nst - 1 ? kPrStages - 1 : min(s >> 2, kPrStages - 2));
+        probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, ev, wt);
+      }
     issue(s + kNs - 1, true);
     if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
     stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
