@@ -131,10 +131,13 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // (A/B runs of the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
-// Benchmarks: the one-token launches (variants 18, 19) stamp globaltimer ns into device_buf, 8 events a
-// warpgroup ([2 · SMs][8]: entry, plan read, x quantized, gate+up done, h ready for the first down
-// item, down done, exit; [0][7]: the last 128-row block combined; 0 = not reached, so clear it
-// first). nullptr (the default): off. Process-wide, read at enqueue time.
+// Benchmarks: the one-token launches (variants 18–22) stamp globaltimer ns into device_buf,
+// kMoeProbeEvents a warpgroup ([2 · SMs][kMoeProbeEvents]): 0 entry, 1 plan read, 2 x quantized,
+// 3 gate+up done, 4 h ready for the first down item, 5 down done, 6 exit, 7 ([0][7] only) the last
+// 128-row block combined; a gate+up item's 8..12 stages 0 / 4 / 8 / 12 / last in, 13 epilogue
+// done, 14 h stored, 15 block counter added. 0 = not reached, so clear it first. nullptr (the
+// default): off. Process-wide, read at enqueue time.
+constexpr int kMoeProbeEvents = 16;
 void moe_grouped_set_probe(unsigned long long* device_buf);
 
 }  // namespace dsv4::gpu

@@ -84,7 +84,7 @@ void fill(uint8_t* p, size_t n, uint32_t seed, int mode) {
 // code sweep with DSV4_BENCH_COLD_CODE=1) when set: per event, µs since the first warpgroup's
 // entry — min, median and max over the warpgroups that reached it.
 void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(int)>& call) {
-  constexpr int kEv = 16;  // moe4::kProbeEvents
+  constexpr int kEv = kMoeProbeEvents, kUpDone = 3;  // moe_grouped.h's event order
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int n = 2 * sms * kEv;
@@ -105,7 +105,7 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
   for (int w = 0; w < 2 * sms; ++w)
     if (v[w * kEv] != 0) t0 = std::min(t0, v[w * kEv]);
   auto us = [&](unsigned long long t) { return double(t - t0) / 1e3; };
-  const char* names[16] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined",
+  const char* names[kEv] = {"entry", "plan", "xq", "up", "ready", "down", "exit", "combined",
                            "s0", "s4", "s8", "s12", "slast", "upepi", "epi0", "arrived"};
   std::printf("  probe (us since the first entry; min/med/max over warpgroups):");
   for (int e = 0; e < 8; ++e) {
@@ -122,7 +122,7 @@ void probe_line(cudaStream_t st, int mb, bool sweep, const std::function<void(in
   for (int e = 8; e < 16; ++e) {
     std::vector<double> two, one;
     for (int c = 0; c < sms; ++c) {
-      const unsigned long long a = v[c * kEv + 3], b = v[(c + sms) * kEv + 3];
+      const unsigned long long a = v[c * kEv + kUpDone], b = v[(c + sms) * kEv + kUpDone];
       const unsigned long long ea = v[c * kEv + e], eb = v[(c + sms) * kEv + e];
       if (a != 0 && ea != 0) ((b != 0) ? two : one).push_back(us(ea));
       if (b != 0 && eb != 0) ((a != 0) ? two : one).push_back(us(eb));

@@ -28,6 +28,7 @@ size_t max_chunks(const MoeGroupedShape& s) {
 std::atomic<int> g_pipeline{0};
 std::atomic<unsigned long long*> g_probe{nullptr};
 constexpr int kMaxVariant = 22;
+static_assert(moe4::kProbeEvents == kMoeProbeEvents, "the probe layout of moe_grouped.h");
 bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 17) || v == 20 || v == 21; }
 
 template <moe4::GemmShape kS, int kDiag>
@@ -322,24 +323,18 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
     if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
       p.chunk_tokens = moe4::kTok;
       constexpr moe4::GemmShape kS = moe4::kShape8x4;
-      const dim3 block(kS.warps * 32);
-      if (variant == 18) {
-        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages>, dim3(grid), block, kS.smem(), stream, p);
-      } else if (variant == 20) {
-        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenAll, moe4::kDiagLoadOnly>,
-                   dim3(grid), block, kS.smem(), stream, p);
-      } else if (variant == 22) {
-        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenAll, moe4::kDiagNone, true>,
-                   dim3(grid), block, kS.smem(), stream, p);
-      } else if (variant == 21) {
-        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenAll, moe4::kDiagSkeleton>,
-                   dim3(grid), block, kS.smem(), stream, p);
-      } else {
-        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenUp>, dim3(grid), block, kS.smem(),
-                   stream, p);
-        launch_pdl(moe4::moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenDown>, dim3(grid), block,
-                   kS.smem(), stream, p);
+      const auto one_token = [&](auto kernel) {
+        launch_pdl(kernel, dim3(grid), dim3(kS.warps * 32), kS.smem(), stream, p);
+      };
+      using moe4::moe_one_token_kernel, moe4::kOneTokenAll, moe4::kDiagNone;
+      if (variant == 18) one_token(moe_one_token_kernel<kS.warps, kS.stages>);
+      if (variant == 19) {
+        one_token(moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenUp>);
+        one_token(moe_one_token_kernel<kS.warps, kS.stages, moe4::kOneTokenDown>);
       }
+      if (variant == 20) one_token(moe_one_token_kernel<kS.warps, kS.stages, kOneTokenAll, moe4::kDiagLoadOnly>);
+      if (variant == 21) one_token(moe_one_token_kernel<kS.warps, kS.stages, kOneTokenAll, moe4::kDiagSkeleton>);
+      if (variant == 22) one_token(moe_one_token_kernel<kS.warps, kS.stages, kOneTokenAll, kDiagNone, true>);
       return;
     }
     variant = 7;

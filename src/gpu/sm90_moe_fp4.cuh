@@ -237,6 +237,11 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* a, unsigned v
 __device__ __forceinline__ void red_add_release_gpu(unsigned* a, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(a), "r"(v) : "memory");
 }
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* a) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(a) : "memory");
+  return v;
+}
 // One h value from the fp32 gate and up sums (spec §4.8): both rounded to bf16, clamped (limit > 0),
 // SwiGLU, times the routing weight w (kWeighted: routed experts), rounded to bf16.
 template <bool kWeighted>

@@ -26,12 +26,7 @@ namespace dsv4::gpu::moe4 {
 // Spins (thread 0 of the warpgroup, then its barrier) until h's chunk key holds `blocks` blocks.
 __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned blocks, int wt, int bar) {
   if (wt == 0) {
-    unsigned v;
-    for (;;) {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(key) : "memory");
-      if (v >= blocks) break;
-      __nanosleep(64);
-    }
+    while (ld_acquire_gpu(key) < blocks) __nanosleep(64);
   }
   group_sync(bar);
 }
@@ -41,15 +36,6 @@ __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned block
 // first weights are fetched while the gate+up launch runs — programmatic dependent launch — and
 // its grid dependency replaces the per-expert wait).
 constexpr int kOneTokenAll = 0, kOneTokenUp = 1, kOneTokenDown = 2;
-
-// An item of the one-token launch: moe_item<kT1> (dry: variant 22's dry pass — the same inlined
-// instructions with the copies, waits and global stores skipped).
-template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq>
-__device__ __forceinline__ void one_token_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
-                                               uint8_t* gsm, int bar, int wt, bool w_pre, const OneTokenPlan* plan,
-                                               bool dry) {
-  moe_item<kUp, kFp8, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, plan, dry);
-}
 
 // One CTA per SM (grid = SMs: all CTAs resident at once), kNw warps × kNs-stage rings
 // (GemmShape{kNw, kNs}.smem() bytes of dynamic shared memory). Params as moe_grouped_forward
@@ -136,30 +122,25 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
   static_assert(!kDryCode || kPhase == kOneTokenAll, "dry passes in the one-launch form only");
   int dry_pass = 0;
   if constexpr (kDryCode) asm volatile("mov.b32 %0, 2;\n" : "=r"(dry_pass));
-  if constexpr (kPhase != kOneTokenDown && !kDryCode) up_prologue();
-  int nch = 0, up_items = 0, total = 0;
+  int up_items = 0, total = 0;  // after the lists are read
   auto count_items = [&]() {
-    nch = plan.nch;
-    up_items = kPhase == kOneTokenDown ? 0 : nch * gu;
-    total = up_items + (kPhase == kOneTokenUp ? 0 : nch * gd);
+    up_items = kPhase == kOneTokenDown ? 0 : plan.nch * gu;
+    total = up_items + (kPhase == kOneTokenUp ? 0 : plan.nch * gd);
   };
-  if constexpr (!kDryCode) count_items();
-  bool listed = !kDryCode;
+  if constexpr (!kDryCode) {
+    if constexpr (kPhase != kOneTokenDown) up_prologue();
+    count_items();
+  }
   for (;;) {
     const bool dry = kDryCode && dry_pass > 0;
-    if (kDryCode && !dry && !listed) {
-      up_prologue();
-      count_items();
-      listed = true;
-    }
     if (!dry && item >= total) break;
     if (dry ? dry_pass == 2 : item < up_items) {
       const int ci = dry ? 0 : item / gu, tile = dry ? (warp & 3) : (item - ci * gu) * 4 + (warp & 3);
       const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
       if (!dry && ch.expert >= p.E)
-        one_token_item<true, true, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan, false);
+        moe_item<true, true, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan, false);
       else
-        one_token_item<true, false, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre || dry, &plan, dry);
+        moe_item<true, false, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre || dry, &plan, dry);
     } else {
       const int d = item - up_items, ci = dry ? 0 : d / gd, tile = dry ? (warp & 3) : (d - ci * gd) * 4 + (warp & 3);
       const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
@@ -174,12 +155,15 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
         }
       }
       if (fp8)
-        one_token_item<false, true, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, false);
+        moe_item<false, true, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, false);
       else
-        one_token_item<false, false, kNs, kDiag, kBq>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, dry);
+        moe_item<false, false, kNs, kDiag, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, dry);
     }
     if (dry) {
-      --dry_pass;
+      if (--dry_pass == 0) {  // the dry passes are done: the real prologue, then the real items
+        up_prologue();
+        count_items();
+      }
     } else {
       item += gridDim.x * kNg;
       w_pre = false;
