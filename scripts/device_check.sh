@@ -14,10 +14,11 @@
 #   select: the indexer's top-k selection kernels (issue 7): the indexer tests with each kernel
 #         forced (DSV4_INDEXER_SELECT_CLUSTER=1 / 0; unset, rows of ≥ 32K keys take the cluster
 #         kernel), `gpu_sparse_decode_bench indexer probe` for both (DSV4_BENCH_CTX / _B pick rows).
-#   moe1: the one-token MoE (issue 6): 8 × 4 (7) against the one-token launch (18) and its form
-#         with the code fetched early (22), warm and cold (256 MB read + code sweep before each
-#         call, as in the model), with their phase probes (docs/moe-grouped.md rounds 20, 21);
-#         then moe_grouped_test, gpu_decode_test with 22 and the TP1 20-layer B = 1 step with each.
+#   moe1: the one-token MoE (issue 6): 8 × 4 (7) against the one-token launch (18), its form
+#         with the code fetched early (22) and with warpgroup roles (23, 24), warm and cold (256 MB
+#         read + code sweep before each call, as in the model), with their phase probes
+#         (docs/moe-grouped.md rounds 20–22); then moe_grouped_test, gpu_decode_test with 22, 23
+#         and 24, and the TP1 20-layer B = 1 step with each.
 #   tp, flash, ttft, select and moe1 run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
@@ -159,12 +160,14 @@ want moe && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe_test timeout 60 
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15
 want moe1 && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] &&
   run moe1_bench env DSV4_MOE_PROBE=1 DSV4_BENCH_COLD_MB=256 DSV4_BENCH_COLD_CODE=1 DSV4_BENCH_T=1 \
-    DSV4_BENCH_KINDS=0,2,3 timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15 hswhsw
-want moe1 && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe1_test timeout 120 "$BUILD/src/gpu/moe_grouped_test"
-want moe1 && [ -x "$BUILD/src/gpu/gpu_decode_test" ] &&
-  run moe1_decode22 env DSV4_MOE_VARIANT=22 timeout 60 "$BUILD/src/gpu/gpu_decode_test"
+    DSV4_BENCH_KINDS=0,2,3 timeout 150 "$BUILD/src/gpu/moe_grouped_bench" 15 hswxyhswxy
+want moe1 && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe1_test timeout 150 "$BUILD/src/gpu/moe_grouped_test"
+for v in 22 23 24; do
+  want moe1 && [ -x "$BUILD/src/gpu/gpu_decode_test" ] &&
+    run moe1_decode$v env DSV4_MOE_VARIANT=$v timeout 60 "$BUILD/src/gpu/gpu_decode_test"
+done
 # ... and the TP1 20-layer B = 1 step with each (default = 7 at T = 1), alternating, twice.
-for r in 1 2; do for v in 0 18 22; do
+for r in 1 2; do for v in 0 18 22 23 24; do
   want moe1 && run moe1_step_v${v}_$r env DSV4_MOE_VARIANT=$v timeout 60 "$BUILD/dsv4" profile --load-format dummy \
     --model-config "$FLASH" --tp 1 --num-layers 20 --batch 1 --context 8192 --steps 16 --warmup 2 \
     --context-fill random --no-cupti

@@ -31,6 +31,36 @@ __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned block
   group_sync(bar);
 }
 
+// x's Q8 for a one-token launch in two halves, so that the lists and the first weights can be
+// issued between them: one_token_x_load loads a warp's first kOneTokenXr 128-wide blocks of x
+// (blocks warp + i·kNw; with 8 warps all of D = 4096) into registers; one_token_x_store
+// quantizes them, and any blocks past them, into this CTA's row blockIdx.x of xq / xs, where
+// moe_item<kT1> reads its activations. Every warp of the CTA calls both.
+constexpr int kOneTokenXr = 4;
+struct OneTokenX {
+  float4 v[kOneTokenXr];
+};
+template <int kNw>
+__device__ __forceinline__ void one_token_x_load(const Params& p, int warp, int lane, OneTokenX& x) {
+  const int nqb = p.D / 128;
+#pragma unroll
+  for (int i = 0; i < kOneTokenXr; ++i)
+    if (warp + i * kNw < nqb) x.v[i] = __ldcg(reinterpret_cast<const float4*>(p.x + (warp + i * kNw) * 128 + lane * 4));
+}
+template <int kNw>
+__device__ __forceinline__ void one_token_x_store(const Params& p, int warp, int lane, const OneTokenX& x) {
+  const int nqb = p.D / 128;
+  uint8_t* xq_row = p.xq + size_t(blockIdx.x) * p.D;
+  float* xs_row = p.xs + size_t(blockIdx.x) * nqb;
+#pragma unroll
+  for (int i = 0; i < kOneTokenXr; ++i)
+    if (warp + i * kNw < nqb)
+      q8_block_store(x.v[i], lane, (warp + i * kNw) * 128, xq_row, xs_row + warp + i * kNw);
+  for (int qb = warp + kOneTokenXr * kNw; qb < nqb; qb += kNw)  // D > kOneTokenXr · kNw · 128
+    q8_block_store(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb * 128, xq_row,
+                   xs_row + qb);
+}
+
 // Which items a launch of moe_one_token_kernel runs: all of them (variant 18), or the gate+up
 // items and then, in a second launch, the down items (variant 19: the down launch's code and
 // first weights are fetched while the gate+up launch runs — programmatic dependent launch — and
@@ -86,13 +116,8 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
     pdl_trigger();
     // x's loads first: on this SM they would otherwise queue behind ~100 KB of weight copies
     // (the probe measured 6 µs to x's codes with the loads issued after them).
-    constexpr int kXr = 4;  // 128-wide blocks of x a warp holds in registers (all of D = 4096)
-    const int nqb = p.D / 128;
-    float4 xv[kXr];
-#pragma unroll
-    for (int i = 0; i < kXr; ++i)
-      if (warp + i * kNw < nqb)
-        xv[i] = __ldcg(reinterpret_cast<const float4*>(p.x + (warp + i * kNw) * 128 + lane * 4));
+    OneTokenX xv;
+    one_token_x_load<kNw>(p, warp, lane, xv);
     if (warp == 0) one_token_plan(p, plan);
     __syncthreads();
     probe_stamp(p, wg, kPrPlan, wt);
@@ -101,15 +126,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
                                               lane);
       w_pre = true;
     }
-    // x's Q8 into this CTA's row of xq / xs (moe_item<kT1> reads its activations there).
-    uint8_t* xq_row = p.xq + size_t(blockIdx.x) * p.D;
-    float* xs_row = p.xs + size_t(blockIdx.x) * nqb;
-#pragma unroll
-    for (int i = 0; i < kXr; ++i)
-      if (warp + i * kNw < nqb) q8_block_store(xv[i], lane, (warp + i * kNw) * 128, xq_row, xs_row + warp + i * kNw);
-    for (int qb = warp + kXr * kNw; qb < nqb; qb += kNw)  // D > kXr · kNw · 128
-      q8_block_store(__ldcg(reinterpret_cast<const float4*>(p.x + qb * 128 + lane * 4)), lane, qb * 128, xq_row,
-                     xs_row + qb);
+    one_token_x_store<kNw>(p, warp, lane, xv);
     __threadfence_block();
     __syncthreads();
     probe_stamp(p, wg, kPrXq, wt);
