@@ -70,6 +70,44 @@ __device__ __forceinline__ uint2 dequant_e4m3x4(uint32_t codes, float scale) {
                     pack_bf16x2(f1.x * scale, f1.y * scale));
 }
 
+// dequant_e4m3x4's bits without the fp32 round trip (the ws kernel's kIntDequant; docs/
+// attention-decode-rounds.md round 10): e4m3 → f16 (exact: an e4m3 subnormal is an f16 normal,
+// and an f16 from e4m3 has its low 7 mantissa bits zero), then f16 → bf16 by moving the exponent
+// field — bf16 bits = sign | (f16 magnitude >> 3) is the value × 2^−112, exact and normal; zero
+// stays zero — then bf16 multiplies by powers of two whose product is scale · 2^112: the
+// rounding of the exact product, as cvt.rn.bf16x2.f32 rounds dequant_e4m3x4's exact fp32 one.
+// Two multiplies only for scales above 2^15 (E8M0 byte > 142; reference-clamped scales are ≤ 1),
+// whose first factor 2^127 is exact. Equal to dequant_e4m3x4 for every code but the NaNs (0x7f,
+// 0xff) and every E8M0 byte but 0 and 255 (never written): sparse_decode_test checks all of them.
+struct E4m3Scale {
+  uint32_t f1, f2;  // bf16x2 (both halves) 2^k1, 2^k2: k1 + k2 = e − 15
+  bool two;         // k2 ≠ 0
+};
+__device__ __forceinline__ uint32_t bf16x2_pow2(int k) {  // −126 ≤ k ≤ 127
+  const uint32_t h = uint32_t(k + 127) << 7;
+  return h | (h << 16);
+}
+__device__ __forceinline__ E4m3Scale e4m3_scale(uint32_t e8m0) {
+  const int u = int(e8m0) - 15, k1 = min(u, 127);
+  return {bf16x2_pow2(k1), bf16x2_pow2(u - k1), u > 127};
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2_scaled(__half2_raw h2, const E4m3Scale& s) {
+  const uint32_t h = uint32_t(h2.x) | (uint32_t(h2.y) << 16);
+  uint32_t r = bf16x2_mul(((h & 0x7fff7fffu) >> 3) | (h & 0x80008000u), s.f1);
+  if (s.two) r = bf16x2_mul(r, s.f2);
+  return r;
+}
+__device__ __forceinline__ uint2 dequant_e4m3x4_int(uint32_t codes, const E4m3Scale& s) {
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), __NV_E4M3);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3);
+  return make_uint2(f16x2_to_bf16x2_scaled(lo, s), f16x2_to_bf16x2_scaled(hi, s));
+}
+
 __device__ __forceinline__ float e8m0_to_float(uint8_t e) {
   return __uint_as_float(uint32_t(e) << 23);  // 2^(e−127); e = 0 never written
 }

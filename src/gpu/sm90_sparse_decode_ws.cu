@@ -31,6 +31,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "base/check.h"
@@ -121,14 +123,23 @@ __device__ __forceinline__ void load_scales(TileLoad& t, const uint8_t* sc) {
   t.scales = __ldg(reinterpret_cast<const uint2*>(sc));
 }
 // Dequantizes piece k of the share into the stage's tile (zeros for an invalid candidate).
+// kIntDequant: dequant_e4m3x4_int (the same bits without the fp32 round trip).
+template <bool kIntDequant>
 __device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* tile, int c, int hb, bool valid) {
   const uint4 w = valid ? t.v[k] : make_uint4(0, 0, 0, 0);  // a dummy's codes may be NaNs
   if (k < 14) {  // nope: 16 e4m3 codes, dims [32k + 16hb, +16), scale tile k / 2
     const int j = k / 2;
     const uint32_t sb = (j < 4 ? t.scales.x >> (8 * j) : t.scales.y >> (8 * (j - 4))) & 0xff;
-    const float scale = valid ? e8m0_to_float(uint8_t(sb)) : 0.0f;
-    const uint2 a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
-    const uint2 e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
+    uint2 a, b, e, f;
+    if constexpr (kIntDequant) {  // zero codes give zeros whatever the scale
+      const E4m3Scale sc = e4m3_scale(sb);
+      a = dequant_e4m3x4_int(w.x, sc), b = dequant_e4m3x4_int(w.y, sc);
+      e = dequant_e4m3x4_int(w.z, sc), f = dequant_e4m3x4_int(w.w, sc);
+    } else {
+      const float scale = valid ? e8m0_to_float(uint8_t(sb)) : 0.0f;
+      a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
+      e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
+    }
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = make_uint4(a.x, a.y, b.x, b.y);
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = make_uint4(e.x, e.y, f.x, f.y);
   } else {  // rope: 8 bf16 dims 448 + 16(k − 14) + 8hb
@@ -143,11 +154,12 @@ __device__ __forceinline__ void load_share(TileLoad& t, const uint8_t* d, const 
 // Stores the share (tile t) into the stage while loading the next tile's share (addresses d, s,
 // never null) into the same registers, piece by piece: the next tile's loads fly during this
 // tile's stores.
+template <bool kIntDequant>
 __device__ __forceinline__ void store_share_load_next(TileLoad& t, uint8_t* tile, int c, int hb, bool valid,
                                                       const uint8_t* d, const uint8_t* s) {
 #pragma unroll
   for (int k = 0; k < 18; ++k) {
-    store_piece(t, k, tile, c, hb, valid);
+    store_piece<kIntDequant>(t, k, tile, c, hb, valid);
     if (k == 13) load_scales(t, s);  // the last nope piece has used the scales
     load_piece(t, k, d, hb);
   }
@@ -309,7 +321,7 @@ __device__ __forceinline__ void tile_softmax(Smem& sm, const SparseDecodeArgs& a
   }
 }
 
-template <bool kProbe>
+template <bool kProbe, bool kIntDequant = false>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_ws_kernel(const __grid_constant__ SparseDecodeArgs a, const WsParams kp) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -365,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t >= kStages) mbar_wait(&sm.empty[st], ((t >> 1) - 1) & 1);
       const bool valid_next = d != nullptr;
       if (t == 0) probe_mark<kProbe>(sm, 10, 0, share.v[0].x);
-      store_share_load_next(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
+      store_share_load_next<kIntDequant>(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
                             valid_next ? s : dummy);
       if (hb == 0) sm.tile_valid[st][c] = valid;
       fence_proxy_async();
@@ -467,8 +479,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 bool set_ws_attributes() {
   return cudaFuncSetAttribute(sparse_decode_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(sizeof(Smem))) == cudaSuccess &&
+         cudaFuncSetAttribute(sparse_decode_ws_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(sizeof(Smem))) == cudaSuccess &&
          cudaFuncSetAttribute(sparse_decode_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(sizeof(Smem))) == cudaSuccess;
+}
+
+// DSV4_KV_DEQUANT=int (read once): the plain kernel dequantizes with dequant_e4m3x4_int (the same
+// bits; an A/B switch until it is measured — docs/attention-decode-rounds.md round 10).
+bool int_dequant() {
+  static const bool on = [] {
+    const char* e = std::getenv("DSV4_KV_DEQUANT");
+    DSV4_CHECK(e == nullptr || std::strcmp(e, "int") == 0 || std::strcmp(e, "f32") == 0, "DSV4_KV_DEQUANT=", e,
+               ": expected int or f32");
+    return e != nullptr && std::strcmp(e, "int") == 0;
+  }();
+  return on;
 }
 
 }  // namespace
@@ -499,6 +525,8 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   if (probe != nullptr) {
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_ws_probe, &probe, sizeof(probe), 0, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<true>, a, kp));
+  } else if (int_dequant()) {
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false, true>, a, kp));
   } else {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false>, a, kp));
   }
