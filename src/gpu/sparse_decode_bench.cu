@@ -465,12 +465,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 4 && std::string(argv[1]) == "ws-case") {  // one warp-specialized case, e.g. for a profiler:
-    // ws-case HCA|CSA|SWA B context [probe] (HCA: 128 + context / 128 candidates; CSA: 128 + 512;
-    // SWA: 128; probe: the per-phase stamps too)
-    const std::string kind = argv[2];
+    // ws-case HCA|CSA|SWA B context [probe | h32] (HCA: 128 + context / 128 candidates; CSA: 128 + 512;
+    // SWA: 128; probe: the per-phase stamps too; h32: 32 heads, a TP2 rank's)
+    const std::string kind = argv[2], opt = argc > 5 ? argv[5] : "";
     const int b = std::atoi(argv[3]), ctx = std::atoi(argv[4]);
     const int extra = kind == "HCA" ? ctx / 128 : kind == "CSA" ? 512 : 0;
-    attention_case(s, pool, peak, kind.c_str(), b, 128, extra, kind == "HCA", 16, kHeads, 0, 0, argc > 5, 1);
+    attention_case(s, pool, peak, kind.c_str(), b, 128, extra, kind == "HCA", 16, opt == "h32" ? 32 : kHeads, 0, 0,
+                   opt == "probe", 1);
     CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
