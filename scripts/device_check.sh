@@ -15,10 +15,10 @@
 #         forced (DSV4_INDEXER_SELECT_CLUSTER=1 / 0; unset, rows of ≥ 32K keys take the cluster
 #         kernel), `gpu_sparse_decode_bench indexer probe` for both (DSV4_BENCH_CTX / _B pick rows).
 #   moe1: the one-token MoE (issue 6): 8 × 4 (7) against the one-token launch (18), its form
-#         with the code fetched early (22) and with warpgroup roles (23, 24), warm and cold (256 MB
-#         read + code sweep before each call, as in the model), with their phase probes
-#         (docs/moe-grouped.md rounds 20–22); then moe_grouped_test, gpu_decode_test with 22, 23
-#         and 24, and the TP1 20-layer B = 1 step with each.
+#         with the code fetched early (22) and with warpgroup roles (23, 24, 25), warm and cold (256
+#         MB read + code sweep before each call, as in the model), with their phase probes
+#         (docs/moe-grouped.md rounds 20–22); then moe_grouped_test, gpu_decode_test with 22–25,
+#         and the TP1 20-layer B = 1 step with each.
 #   dq: the ws attention kernel's integer dequantization (DSV4_KV_DEQUANT=int; issue 7,
 #       docs/attention-decode-rounds.md round 10): the sparse decode tests and gpu_decode_test
 #       with it, then ws-case B = 64 cases cold with fp32 queries, f32 and int alternating, twice.
@@ -163,14 +163,14 @@ want moe && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe_test timeout 60 
 want moe && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] && run moe_bench timeout 120 "$BUILD/src/gpu/moe_grouped_bench" 15
 want moe1 && [ -x "$BUILD/src/gpu/moe_grouped_bench" ] &&
   run moe1_bench env DSV4_MOE_PROBE=1 DSV4_BENCH_COLD_MB=256 DSV4_BENCH_COLD_CODE=1 DSV4_BENCH_T=1 \
-    DSV4_BENCH_KINDS=0,2,3 timeout 150 "$BUILD/src/gpu/moe_grouped_bench" 15 hswxyhswxy
+    DSV4_BENCH_KINDS=0,2,3 timeout 150 "$BUILD/src/gpu/moe_grouped_bench" 15 hswxyzhswxyz
 want moe1 && [ -x "$BUILD/src/gpu/moe_grouped_test" ] && run moe1_test timeout 150 "$BUILD/src/gpu/moe_grouped_test"
-for v in 22 23 24; do
+for v in 22 23 24 25; do
   want moe1 && [ -x "$BUILD/src/gpu/gpu_decode_test" ] &&
     run moe1_decode$v env DSV4_MOE_VARIANT=$v timeout 60 "$BUILD/src/gpu/gpu_decode_test"
 done
 # ... and the TP1 20-layer B = 1 step with each (default = 7 at T = 1), alternating, twice.
-for r in 1 2; do for v in 0 18 22 23 24; do
+for r in 1 2; do for v in 0 18 22 23 24 25; do
   want moe1 && run moe1_step_v${v}_$r env DSV4_MOE_VARIANT=$v timeout 60 "$BUILD/dsv4" profile --load-format dummy \
     --model-config "$FLASH" --tp 1 --num-layers 20 --batch 1 --context 8192 --steps 16 --warmup 2 \
     --context-fill random --no-cupti

@@ -128,12 +128,13 @@ void moe_grouped_forward(const MoeGroupedArgs& args, MoeGroupedWorkspace& ws, cu
 // math / with neither. 22: 18 with its routed gate+up and down bodies run dry before the grid
 // dependency (their code fetched while the previous kernel runs). 23: 18's items with the CTA's
 // two warpgroups in fixed roles — gate+up, and down with 7-stage rings, most of its weights in
-// before h is ready; 24: 23 with 22's dry passes. The environment variable DSV4_MOE_VARIANT
+// before h is ready; 24: 23 with 22's dry passes; 25: 23 with h's Q8 done by the down items
+// (I ≤ 2048, else 7). The environment variable DSV4_MOE_VARIANT
 // (read once) picks a variant with right results for every call that this knob leaves at 0
 // (A/B runs of the whole model).
 void moe_grouped_set_pipeline(int variant, bool allow_diagnostic = false);
 
-// Benchmarks: the one-token launches (variants 18–24) stamp globaltimer ns into device_buf,
+// Benchmarks: the one-token launches (variants 18–25) stamp globaltimer ns into device_buf,
 // kMoeProbeEvents a warpgroup ([2 · SMs][kMoeProbeEvents]): 0 entry, 1 plan read, 2 x quantized,
 // 3 gate+up done, 4 h ready for the first down item, 5 down done, 6 exit, 7 ([0][7] only) the last
 // 128-row block combined; a gate+up item's 8..12 stages 0 / 4 / 8 / 12 / last in, 13 epilogue

@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   // 0..17: moe_grouped_set_pipeline variants (2, 3, 5, 10: load-only, 6, 11, 14: math-only, 13,
   // 15: neither; 16, 17: without the group (and combine) launch — diagnostics; 18, 19: T = 1 in
   // one or two launches; 20, 21: 18 load-only / skeleton — diagnostics; 22: 18 with its code fetched early;
-  // 23, 24: 18 with gate+up and down warpgroups (24: and 22's dry passes)); a..y: the same
+  // 23, 24: 18 with gate+up and down warpgroups (24: and 22's dry passes); 25: 23 with h's Q8 in
+  // the down items); a..z: the same
   // under programmatic dependent launch (PdlScope, as
   // GpuModel's small decode passes).
   const char* variants = argc > 2 ? argv[2] : "0a1";

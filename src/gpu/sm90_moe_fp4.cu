@@ -28,7 +28,7 @@ size_t max_chunks(const MoeGroupedShape& s) {
 // (wrong results) among them.
 std::atomic<int> g_pipeline{0};
 std::atomic<unsigned long long*> g_probe{nullptr};
-constexpr int kMaxVariant = 24;
+constexpr int kMaxVariant = 25;
 static_assert(moe4::kProbeEvents == kMoeProbeEvents, "the probe layout of moe_grouped.h");
 bool is_diagnostic(int v) { return v == 2 || v == 3 || v == 5 || v == 6 || v == 10 || v == 11 || (v >= 13 && v <= 17) || v == 20 || v == 21; }
 
@@ -115,7 +115,9 @@ int sm_count() {
       CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
     for (const void* f : {reinterpret_cast<const void*>(moe_one_token_roles_kernel<false>),
                           reinterpret_cast<const void*>(moe_one_token_roles_kernel<true>)})
-      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kRolesSmem));
+      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, roles_smem(false)));
+    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_roles_kernel<false, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, roles_smem(true)));
   });
   return counts[dev];
 }
@@ -324,10 +326,11 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // the weights streamed but no math / neither (wrong results). 22: 18 with its routed bodies
   // run dry before the grid dependency, their code fetched early (built, not yet run on a GPU).
   // 23 (24: with 22's dry passes): 18's items with the CTA's warpgroups in fixed roles, gate+up
-  // and down, the down one holding 6 of its item's 8 weight stages before h is ready
-  // (sm90_moe_one_token_roles.cuh; built, not yet run on a GPU).
-  if (variant >= 18 && variant <= 24) {
-    if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared)) {
+  // and down, the down one holding 6 of its item's 8 weight stages before h is ready; 25: 23 with
+  // h's Q8 in the down items, for I ≤ 2048 (sm90_moe_one_token_roles.cuh; built, not yet run on a
+  // GPU).
+  if (variant >= 18 && variant <= 25) {
+    if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared) && (variant != 25 || p.I <= moe4::kRolesMaxI)) {
       p.chunk_tokens = moe4::kTok;
       constexpr moe4::GemmShape kS = moe4::kShape8x4;
       const auto one_token = [&](auto kernel) {
@@ -342,9 +345,11 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
       if (variant == 20) one_token(moe_one_token_kernel<kS.warps, kS.stages, kOneTokenAll, moe4::kDiagLoadOnly>);
       if (variant == 21) one_token(moe_one_token_kernel<kS.warps, kS.stages, kOneTokenAll, moe4::kDiagSkeleton>);
       if (variant == 22) one_token(moe_one_token_kernel<kS.warps, kS.stages, kOneTokenAll, kDiagNone, true>);
-      if (variant == 23 || variant == 24) {
-        const auto kernel = variant == 23 ? moe4::moe_one_token_roles_kernel<false> : moe4::moe_one_token_roles_kernel<true>;
-        launch_pdl(kernel, dim3(grid), dim3(moe4::kRolesWarps * 32), moe4::kRolesSmem, stream, p);
+      if (variant >= 23) {
+        const auto kernel = variant == 23   ? moe4::moe_one_token_roles_kernel<false>
+                            : variant == 24 ? moe4::moe_one_token_roles_kernel<true>
+                                            : moe4::moe_one_token_roles_kernel<false, true>;
+        launch_pdl(kernel, dim3(grid), dim3(moe4::kRolesWarps * 32), moe4::roles_smem(variant == 25), stream, p);
       }
       return;
     }

@@ -225,6 +225,23 @@ __device__ __forceinline__ void q8_block_store(float4 v, int lane, int k0, uint8
   for (int i = 0; i < 4; ++i) codes_row[mma_layout_offset(k0 + lane * 4 + i)] = codes[i];
   if (lane == 0) *scale = sc;
 }
+// q8_block_store's codes and scale into a whole-K activation area of stages (moe_item's kQ8Down):
+// value k0 + 4·lane + i of token slot `slot` goes where moe_item's copies put the same code of
+// the global row (its MMA-layout offset o: stage o / 256, granule (o % 256) / 16, byte o % 16 of
+// the slot's 16 bytes), the scale where they put the stage's block scales (block (k0 / 128) % 2).
+template <int kN>
+__device__ __forceinline__ void q8_block_to_stage(float4 v, int lane, int k0, uint8_t* area, int slot) {
+  const float vals[4] = {v.x, v.y, v.z, v.w};
+  uint8_t codes[4];
+  const float sc = q8_block_codes_warp(vals, codes);
+  uint8_t* stage = area + (k0 / 256) * group_stage_bytes(kN);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int o = mma_layout_offset(k0 + lane * 4 + i) % 256;
+    stage[(o / 16) * (kN * 16) + slot * 16 + o % 16] = codes[i];
+  }
+  if (lane == 0) reinterpret_cast<float*>(stage + group_stage_xs(kN) + slot * 8)[(k0 / 128) % 2] = sc;
+}
 // Counters between warps of different CTAs without a full fence (the CUTLASS semaphore pattern):
 // the warp's lanes meet at __syncwarp, then lane 0 adds with release (its lanes' earlier stores
 // become visible GPU-wide first) or acquire-release (and the earlier adds' stores become visible

@@ -30,12 +30,19 @@ namespace dsv4::gpu::moe4 {
 // xq / xs (the CTA's own copy), the routing weights plan->pw, and the epilogues also publish h's
 // readiness per expert (gate+up) and combine each 128-row block of y once all its rows are in
 // (down).
-template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN, bool kT1 = false>
+// kQ8Down (kT1 only; the roles kernel's variant 25): h's Q8 moves from the gate+up epilogue to the
+// down item. A gate+up warp publishes its rows of h (fp32) with one release add on its chunk's key
+// (no block counter, no read-back); a down item, once its key is full (one_token_h_count), loads
+// h and quantizes it with the same arithmetic (q8_block_to_stage) into a whole-K activation area
+// of K/256 stages (gsm; nothing copied per stage), so the same bits.
+template <bool kUp, bool kFp8, int kNs, int kDiag, int kBq, int kN, bool kT1 = false, bool kQ8Down = false>
 __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int ci, int tile, uint8_t* wsm,
                                          uint8_t* gsm, int bar, int wt, bool w_pre,
                                          const OneTokenPlan* plan = nullptr, bool dry_run = false) {
   // kT1's dry run (moe_one_token_kernel's code warm-up): one stage of math on whatever the ring
   // holds, no copies, no waits, no global stores — the same instructions fetched, nothing changed.
+  static_assert(!kQ8Down || kT1, "the down-side Q8 is the one-token launch's");
+  constexpr bool kActsWhole = kQ8Down && !kUp;  // activations in a whole-K area, not a ring
   const bool dry = kT1 && dry_run;
   constexpr int kJ = kN / 8;                  // n8 column blocks of the wgmma (1 or 4)
   constexpr int kGs = group_stage_bytes(kN), kXs = group_stage_xs(kN);
@@ -63,10 +70,12 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     if (s < nst) {
       uint8_t* gs = gsm + (s % kNs) * kGs;
       if (weights && diag_copies_weights(kDiag)) issue_weights<kUp, kFp8>(iw, s, wsm + (s % kNs) * kWarpStageBytes, lane);
+      if constexpr (!kActsWhole) {
 #pragma unroll
-      for (int u = 0; u < kJ; ++u)
-        if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
-      if (wt < ch.n) cp8(gs + kXs + wt * 8, ssrc + 2 * s);
+        for (int u = 0; u < kJ; ++u)
+          if (tn + 8 * u < ch.n) cp_async16(gs + tq * (kN * 16) + (tn + 8 * u) * 16, asrc[u] + s * 256);
+        if (wt < ch.n) cp8(gs + kXs + wt * 8, ssrc + 2 * s);
+      }
     }
     cp_commit();
   };
@@ -80,6 +89,13 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
   for (int j = 0; j < kJ; ++j) cur[j][0] = cur[j][1] = 1.0f;
 #pragma unroll
   for (int s = 0; s < kNs - 1; ++s) issue(s, !w_pre);
+  if constexpr (kActsWhole) {  // h's Q8 for every K block and live token slot (the stage loop's first barrier publishes it)
+    const int w4 = wt >> 5;
+    for (int qb = w4; qb < K / 128; qb += 4)
+      for (int i = 0; i < ch.n; ++i)
+        q8_block_to_stage<kN>(__ldcg(reinterpret_cast<const float4*>(p.h + size_t(ch.pos + i) * K + qb * 128 + lane * 4)),
+                              lane, qb * 128, gsm, i);
+  }
   for (int s = 0; s < nst; ++s) {
     if (!dry) cp_wait<kNs - 2>();
     fence_proxy_async();
@@ -91,7 +107,8 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
       }
     issue(s + kNs - 1, true);
     if constexpr (!diag_runs_math(kDiag)) continue;  // diagnostics: the weight stream / skeleton alone
-    stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (s % kNs) * kGs, sA, sB, s, lane, acc, cur);
+    stage_math<kFp8, kBq, kN>(wsm + (s % kNs) * kWarpStageBytes, gsm + (kActsWhole ? s : s % kNs) * kGs, sA, sB, s,
+                              lane, acc, cur);
   }
   if (!dry) cp_wait<0>();
   group_sync(bar);  // every warp done with both rings before the next item's prologue refills them
@@ -120,6 +137,11 @@ __device__ __forceinline__ void moe_item(const Params& p, const Chunk& ch, int c
     // token). All of them belong to chunk entry ci (an FP8 half covers whole blocks).
     const int qb = row0 / 128, nqb = p.I / 128;
     if (dry) return;
+    if constexpr (kQ8Down) {  // the down items quantize h: publish this warp's rows
+      one_token_h_ready(p, kFp8 ? 0 : ci, lane);
+      probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrUpEpi, wt);
+      return;
+    }
     if constexpr (kT1) probe_stamp(p, (bar - 1) * gridDim.x + blockIdx.x, kPrUpEpi0, wt);
     __syncwarp();
     unsigned old = 0;

@@ -23,6 +23,13 @@
 
 namespace dsv4::gpu::moe4 {
 
+// The count on h's chunk key when the chunk's h is complete: 128-wide blocks quantized by the
+// gate+up epilogues, or with kQ8Down (moe_item) the gate+up warps' row tiles (16 rows a routed
+// warp, 8 a shared one).
+__device__ __forceinline__ unsigned one_token_h_count(const Params& p, bool fp8, bool q8_down) {
+  return unsigned(q8_down ? p.I / (fp8 ? 8 : 16) : p.I / 128);
+}
+
 // Spins (thread 0 of the warpgroup, then its barrier) until h's chunk key holds `blocks` blocks.
 __device__ __forceinline__ void wait_h_ready(const unsigned* key, unsigned blocks, int wt, int bar) {
   if (wt == 0) {

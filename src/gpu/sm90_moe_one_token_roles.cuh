@@ -20,6 +20,9 @@
 //     nothing stored, so its code is in the SM when h is ready) and waits for its expert's h.
 // Gate+up items never wait and every CTA is resident: no deadlock. kDryUp (variant 24): WG0 also
 // runs variant 22's dry passes (its routed gate+up and down bodies) before the prologue.
+// kQ8Down (variant 25): h's Q8 moves from the gate+up epilogue (a block's last warp reading 128
+// values back from L2) to the down items, which quantize their chunk's whole h into a whole-K
+// activation area once every gate+up warp of the chunk has published its rows (moe_item).
 // Shared memory: activation rings WG0 then WG1, then the weight rings of WG0's warps, WG1's.
 #pragma once
 
@@ -32,12 +35,24 @@
 namespace dsv4::gpu::moe4 {
 
 constexpr int kRolesWarps = 8, kRolesUpStages = 4, kRolesDownStages = 7;
+constexpr int kRolesMaxI = 2048;  // kQ8Down: whole-K activation areas of kRolesMaxI / 256 stages
+// Activation stages of WG0 / WG1: rings of kRolesUpStages / kRolesDownStages, or with kQ8Down
+// areas of the down items' whole K.
+__host__ __device__ constexpr int roles_act_stages(bool q8_down, int grp) {
+  return q8_down ? kRolesMaxI / 256 : grp == 0 ? kRolesUpStages : kRolesDownStages;
+}
 // The weight rings start at a 1 KB boundary after the activation rings.
-constexpr int kRolesWeightsOff = ((kRolesUpStages + kRolesDownStages) * group_stage_bytes(kTok) + 1023) / 1024 * 1024;
-constexpr int kRolesSmem = kRolesWeightsOff + 4 * (kRolesUpStages + kRolesDownStages) * kWarpStageBytes;  // 215,040 B
+__host__ __device__ constexpr int roles_weights_off(bool q8_down) {
+  return ((roles_act_stages(q8_down, 0) + roles_act_stages(q8_down, 1)) * group_stage_bytes(kTok) + 1023) / 1024 * 1024;
+}
+__host__ __device__ constexpr int roles_smem(bool q8_down) {  // 215,040 / 226,304 B
+  return roles_weights_off(q8_down) + 4 * (kRolesUpStages + kRolesDownStages) * kWarpStageBytes;
+}
 static_assert(kRolesDownStages < 8, "a down ring of the whole K (8 stages) does not fit beside WG0's");
+static_assert(roles_smem(true) + 1024 <= 227 * 1024, "the opt-in shared memory of an sm_90 CTA");
 
-template <bool kDryUp>
+// kQ8Down (variant 25): h's Q8 in the down items (moe_item's kQ8Down); p.I ≤ kRolesMaxI.
+template <bool kDryUp, bool kQ8Down = false>
 __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kernel(const __grid_constant__ Params p) {
   constexpr int kNw = kRolesWarps, kNsUp = kRolesUpStages, kNsDn = kRolesDownStages;
   constexpr int kBq = 8;  // moe_gemm_kernel's at 8 warps
@@ -46,8 +61,9 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
   __shared__ OneTokenPlan plan;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = warp >> 2, wt = threadIdx.x & 127;
   const int bar = 1 + grp, G = int(gridDim.x), b = int(blockIdx.x);
-  uint8_t* gsm = smem + (grp == 0 ? 0 : kNsUp * kGs);
-  uint8_t* wsm = smem + kRolesWeightsOff + (grp == 0 ? warp * kNsUp : 4 * kNsUp + (warp - 4) * kNsDn) * kWarpStageBytes;
+  uint8_t* gsm = smem + (grp == 0 ? 0 : roles_act_stages(kQ8Down, 0) * kGs);
+  uint8_t* wsm = smem + roles_weights_off(kQ8Down) +
+                 (grp == 0 ? warp * kNsUp : 4 * kNsUp + (warp - 4) * kNsDn) * kWarpStageBytes;
   const int gu = p.I / 64, gd = p.D / 128;  // tile groups of a chunk: gate+up, down
   const int wg = grp * G + b;               // the probe's warpgroup index
   bool w_pre = false;                       // this warpgroup's first item's weights are issued
@@ -101,13 +117,13 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
       for (;;) {
         const bool dry = dry_pass > 0;
         if (!dry) {
-          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
+          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, kQ8Down), wt, bar);
           probe_stamp(p, wg, kPrReady, wt);
         }
         if (fp8)
-          moe_item<false, true, kNsDn, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, dry);
+          moe_item<false, true, kNsDn, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, dry);
         else
-          moe_item<false, false, kNsDn, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
+          moe_item<false, false, kNsDn, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
                                                                     dry);
         if (!dry) break;
         --dry_pass;
@@ -147,10 +163,10 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
       const int ci = dry ? 0 : item / gu, tile = dry ? (warp & 3) : (item - ci * gu) * 4 + (warp & 3);
       const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
       if (!dry && ch.expert >= p.E)
-        moe_item<true, true, kNsUp, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan,
+        moe_item<true, true, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan,
                                                                 false);
       else
-        moe_item<true, false, kNsUp, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre || dry,
+        moe_item<true, false, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre || dry,
                                                                  &plan, dry);
       ran_up = ran_up || !dry;
     } else {
@@ -160,15 +176,15 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
       if (!dry) {
         if (!w_pre) prefetch_down_weights<kNsUp>(p, ch.expert, tile, wsm, lane);
         if (!ran_down && ran_up) probe_stamp(p, wg, kPrUp, wt);
-        wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
+        wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, kQ8Down), wt, bar);
         if (!ran_down) probe_stamp(p, wg, kPrReady, wt);
         ran_down = true;
       }
       if (fp8)
-        moe_item<false, true, kNsUp, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
+        moe_item<false, true, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
                                                                  false);
       else
-        moe_item<false, false, kNsUp, kDiagNone, kBq, kTok, true>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
+        moe_item<false, false, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
                                                                   dry);
     }
     if (dry) {
