@@ -19,9 +19,10 @@
 #         MB read + code sweep before each call, as in the model), with their phase probes
 #         (docs/moe-grouped.md rounds 20–22); then moe_grouped_test, gpu_decode_test with 22–25,
 #         and the TP1 20-layer B = 1 step with each.
-#   dq: the ws attention kernel's integer dequantization (DSV4_KV_DEQUANT=int; issue 7,
+#   dq: the attention kernels' integer dequantization (DSV4_KV_DEQUANT=int; issue 7,
 #       docs/attention-decode-rounds.md round 10): the sparse decode tests and gpu_decode_test
-#       with it, then ws-case B = 64 cases cold with fp32 queries, f32 and int alternating, twice.
+#       with it, then the B = 1 / 8 rows and ws-case B = 64 cases cold with fp32 queries, f32 and
+#       int alternating, twice.
 #   tp, flash, ttft, select, moe1 and dq run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
@@ -178,6 +179,10 @@ done; done
 if want dq && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ]; then
   run dq_test env DSV4_KV_DEQUANT=int timeout 120 "$BUILD/src/gpu/gpu_sparse_decode_test"
   run dq_decode env DSV4_KV_DEQUANT=int timeout 60 "$BUILD/src/gpu/gpu_decode_test"
+  for r in 1 2; do for m in f32 int; do  # the automatic-plan rows at B = 1 and 8 (the mma.sync kernel)
+    run "dq_${m}_${r}_decode" env DSV4_KV_DEQUANT=$m DSV4_BENCH_COLD_MB=256 DSV4_BENCH_COLD_CODE=1 DSV4_BENCH_Q32=1 \
+      timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_bench" decode
+  done; done
   for r in 1 2; do for m in f32 int; do for c in "CSA 64 65536" "CSA 64 65536 h32" "HCA 64 65536" "HCA 64 1048576" "SWA 64 8192"; do
     run "dq_${m}_${r}_${c// /_}" env DSV4_KV_DEQUANT=$m DSV4_BENCH_COLD_MB=256 DSV4_BENCH_COLD_CODE=1 DSV4_BENCH_Q32=1 \
       timeout 60 "$BUILD/src/gpu/gpu_sparse_decode_bench" ws-case $c

@@ -40,6 +40,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "base/check.h"
@@ -218,7 +220,7 @@ struct KernelParams {
   bool cluster_merge;
 };
 
-template <int NT, bool kProbe>
+template <int NT, bool kProbe, bool kIntDequant = false>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_kernel(const __grid_constant__ SparseDecodeArgs a, const KernelParams kp) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait_all();
     __syncthreads();
     if (first) probe_mark<kProbe>(sm, 3);
-    dequant_tile(sm, count);
+    dequant_tile<kIntDequant>(sm, count);
     __syncthreads();
     if (first) probe_mark<kProbe>(sm, 4);
     if (j0 + kTile < end)  // prefetch the next tile (raw and src_* are free now)
@@ -399,13 +401,16 @@ __global__ void insert_kernel(const float* __restrict__ kv, const int32_t* __res
 }
 
 using KernelFn = void (*)(SparseDecodeArgs, KernelParams);
-constexpr KernelFn kKernels[2][3] = {
+constexpr KernelFn kKernels[3][3] = {
     {sparse_decode_kernel<4, false>, sparse_decode_kernel<8, false>, sparse_decode_kernel<16, false>},
-    {sparse_decode_kernel<4, true>, sparse_decode_kernel<8, true>, sparse_decode_kernel<16, true>}};
+    {sparse_decode_kernel<4, true>, sparse_decode_kernel<8, true>, sparse_decode_kernel<16, true>},
+    {sparse_decode_kernel<4, false, true>, sparse_decode_kernel<8, false, true>,
+     sparse_decode_kernel<16, false, true>}};
 
-// The instantiation for CTAs of up to `group_tiles` head tiles (all use the same smem and threads).
+// The instantiation for CTAs of up to `group_tiles` head tiles (all use the same smem and threads):
+// the probe's, the integer dequantization's (kv_int_dequant) or the plain one.
 KernelFn kernel_for(int group_tiles, bool probe = false) {
-  return kKernels[probe][group_tiles <= 1 ? 0 : group_tiles == 2 ? 1 : 2];
+  return kKernels[probe ? 1 : kv_int_dequant() ? 2 : 0][group_tiles <= 1 ? 0 : group_tiles == 2 ? 1 : 2];
 }
 
 // Lets every instantiation use sizeof(Smem) and clusters of 16; false on failure.
@@ -505,6 +510,16 @@ int sparse_decode_cluster_capacity(int cluster) {
   int i = 0;
   while (i < 4 && (1 << i) < cluster) ++i;
   return (1 << i) == cluster ? capacity[dev][i] : 0;
+}
+
+bool kv_int_dequant() {
+  static const bool on = [] {
+    const char* e = std::getenv("DSV4_KV_DEQUANT");
+    DSV4_CHECK(e == nullptr || std::strcmp(e, "int") == 0 || std::strcmp(e, "f32") == 0, "DSV4_KV_DEQUANT=",
+               e ? e : "", ": expected int or f32");
+    return e != nullptr && std::strcmp(e, "int") == 0;
+  }();
+  return on;
 }
 
 void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace,

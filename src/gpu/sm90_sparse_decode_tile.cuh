@@ -55,6 +55,8 @@ __device__ __forceinline__ void load_q(Smem& sm, const SparseDecodeArgs& a, int6
 }
 
 // raw → Ks for candidates [0, round_up(count, 16)); invalid or padding rows become zeros.
+// kIntDequant: dequant_e4m3x4_int (the same bits without the fp32 round trip).
+template <bool kIntDequant>
 __device__ void dequant_tile(Smem& sm, int count) {
   const int padded = (count + 15) & ~15;
   if (threadIdx.x < kTile)
@@ -67,9 +69,17 @@ __device__ void dequant_tile(Smem& sm, int count) {
     if (ch < 28) {  // 16 fp8 codes of tile ch/4
       if (valid) {
         const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
-        const float scale = e8m0_to_float(sm.raw_scales[c * kEntryScales + ch / 4]);
-        const uint2 a = dequant_e4m3x4(v.x, scale), b = dequant_e4m3x4(v.y, scale);
-        const uint2 e = dequant_e4m3x4(v.z, scale), f = dequant_e4m3x4(v.w, scale);
+        const uint8_t sb = sm.raw_scales[c * kEntryScales + ch / 4];
+        uint2 a, b, e, f;
+        if constexpr (kIntDequant) {
+          const E4m3Scale sc = e4m3_scale(sb);
+          a = dequant_e4m3x4_int(v.x, sc), b = dequant_e4m3x4_int(v.y, sc);
+          e = dequant_e4m3x4_int(v.z, sc), f = dequant_e4m3x4_int(v.w, sc);
+        } else {
+          const float scale = e8m0_to_float(sb);
+          a = dequant_e4m3x4(v.x, scale), b = dequant_e4m3x4(v.y, scale);
+          e = dequant_e4m3x4(v.z, scale), f = dequant_e4m3x4(v.w, scale);
+        }
         lo = make_uint4(a.x, a.y, b.x, b.y);
         hi = make_uint4(e.x, e.y, f.x, f.y);
       }

@@ -31,8 +31,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstddef>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "base/check.h"
@@ -485,18 +483,6 @@ bool set_ws_attributes() {
                               int(sizeof(Smem))) == cudaSuccess;
 }
 
-// DSV4_KV_DEQUANT=int (read once): the plain kernel dequantizes with dequant_e4m3x4_int (the same
-// bits; an A/B switch until it is measured — docs/attention-decode-rounds.md round 10).
-bool int_dequant() {
-  static const bool on = [] {
-    const char* e = std::getenv("DSV4_KV_DEQUANT");
-    DSV4_CHECK(e == nullptr || std::strcmp(e, "int") == 0 || std::strcmp(e, "f32") == 0, "DSV4_KV_DEQUANT=", e,
-               ": expected int or f32");
-    return e != nullptr && std::strcmp(e, "int") == 0;
-  }();
-  return on;
-}
-
 }  // namespace
 
 void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, long long* probe,
@@ -525,7 +511,7 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   if (probe != nullptr) {
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_ws_probe, &probe, sizeof(probe), 0, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<true>, a, kp));
-  } else if (int_dequant()) {
+  } else if (kv_int_dequant()) {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false, true>, a, kp));
   } else {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false>, a, kp));

@@ -28,6 +28,12 @@ namespace dsv4::gpu::sm90 {
 void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, long long* probe,
                       cudaStream_t stream);
 
+// DSV4_KV_DEQUANT=int (read once; f32 or unset: off): both kernels' plain instantiations
+// dequantize the KV tiles with dequant_e4m3x4_int — the same bits without the fp32 round trip;
+// an A/B switch until it is measured (docs/attention-decode-rounds.md round 10). Defined in
+// sm90_sparse_decode.cu.
+bool kv_int_dequant();
+
 // 64-bit wgmma shared-memory descriptor, no swizzle; lbo / sbo in bytes (multiples of 16).
 __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
   return uint64_t((smem_addr(p) & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
