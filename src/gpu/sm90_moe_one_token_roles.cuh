@@ -1,23 +1,24 @@
-// The one-token launch with the two warpgroups of a CTA in fixed roles (pipeline variants 23 and
-// 24; docs/moe-grouped.md round 22): most of the down weights stream while the gate+up items run,
-// instead of after h is ready. sm_90a only; included by sm90_moe_fp4.cu after
-// sm90_moe_one_token.cuh, whose kernel (variant 18) it reorganizes: the same items, rings, math
-// and epilogues (moe_item<kT1>), so the same bits.
+// The one-token launch with a down warpgroup per CTA holding most of a down item's weights
+// before h is ready (pipeline variants 23–25; docs/moe-grouped.md round 22). sm_90a only;
+// included by sm90_moe_fp4.cu after sm90_moe_one_token.cuh, whose kernel (variant 18) it
+// reorganizes: the same items, rings, math and epilogues (moe_item<kT1>), so the same bits.
 //
 // Why: in 18 a down item can issue only its first 3 of 8 weight stages before its expert's h is
 // ready, so ~60 % of the down bytes (16 MB at T = 1 routed only) stream after the gate+up
 // phase's last stage, behind its epilogue and h's readiness (round 21's probe: last gate+up
-// stage in 28.4 µs, h ready 34.9, down done 43.5). Here the CTA's second warpgroup holds a
-// 7-stage down ring, so 6 of a down item's 8 stages come in during the gate+up phase.
+// stage in 28.4 µs, h ready 34.9, down done 43.5), while the gate+up phase itself leaves ~14 % of
+// the HBM unused. Here each CTA's second warpgroup holds 7-stage down rings, so 6 of its down
+// item's 8 stages come in during the gate+up phase.
 //
-// Roles (grid G = SMs, one CTA per SM, all resident; 8 warps):
-//   WG0, gate+up (4-stage rings, 18's): gate+up items blockIdx.x + i·G, then the down items past
-//     the first G ("extras" e = 0, 1, …, dealt from the last CTA down — CTA G − 1 − e mod G —
-//     so that CTAs with fewer gate+up items take them), each waiting for its expert's h.
-//   WG1, down (7-stage rings): down item blockIdx.x (none past the chunks' down items). Its
-//     first 6 stages are issued once the lists are read (a shared-expert item's before the grid
-//     dependency), then it runs its body once dry (moe_item's dry run: the same instructions,
-//     nothing stored, so its code is in the SM when h is ready) and waits for its expert's h.
+// Jobs (grid G = SMs, one CTA per SM, all resident; 8 warps = warpgroups WG0, WG1):
+//   * gate+up items dealt round-robin over all 2G warpgroups (warpgroup grp·G + b takes items
+//     grp·G + b + 2G·i), as 18 deals them: at T = 1 no warpgroup chains two (192 routed items);
+//   * then WG1 of CTA b: down item b on its 7-stage rings — its first 6 stages issued as soon as
+//     its gate+up items are done (right after the lists if it has none), its body run once dry
+//     (moe_item's dry run: the same instructions, nothing stored, so its code is in the SM when h
+//     arrives), then for real once its expert's h is ready;
+//   * then WG0 of CTA b: the extra down items G + e, e = G − 1 − b + m·G (the CTAs whose WG1 had
+//     no gate+up item first), on its 4-stage rings as in 18.
 // Gate+up items never wait and every CTA is resident: no deadlock. kDryUp (variant 24): WG0 also
 // runs variant 22's dry passes (its routed gate+up and down bodies) before the prologue.
 // kQ8Down (variant 25): h's Q8 moves from the gate+up epilogue (a block's last warp reading 128
@@ -65,24 +66,54 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
   uint8_t* wsm = smem + roles_weights_off(kQ8Down) +
                  (grp == 0 ? warp * kNsUp : 4 * kNsUp + (warp - 4) * kNsDn) * kWarpStageBytes;
   const int gu = p.I / 64, gd = p.D / 128;  // tile groups of a chunk: gate+up, down
-  const int wg = grp * G + b;               // the probe's warpgroup index
-  bool w_pre = false;                       // this warpgroup's first item's weights are issued
+  const int wg = grp * G + b;               // this warpgroup's index (gate+up dealing, probe)
+  bool w_pre = false;                       // the next job's first weight stages are issued
   probe_stamp(p, wg, kPrEntry, wt);
 
-  // Both warpgroups (it has CTA barriers): the first weights, the grid dependency, the lists, x's
-  // Q8. WG0's first item is gate+up item b, WG1's is down item b; the shared expert's chunks come
-  // first whatever the routing (experts E, E + 1: one_token_plan), so theirs stream before the
-  // grid dependency resolves.
+  // This warpgroup's jobs, in order, once the lists are read: gate+up items wg, wg + 2G, … (18's
+  // dealing over all warpgroups, so no warpgroup chains two gate+up items at T = 1 on ≥ 96 SMs);
+  // then WG1 down item b on its kNsDn-stage rings, WG0 the extra down items G + e on its
+  // kNsUp-stage rings, e = G − 1 − b + m·G (the CTAs whose WG1 has no gate+up item first).
+  enum Job : int { kUpJob, kDownRing, kDownWhole, kNoJob };
+  int n_up = 0, n_dn = 0, my_up = 0;
+  auto job = [&](int i, int& item) -> int {
+    if (i < my_up) {
+      item = wg + i * 2 * G;
+      return kUpJob;
+    }
+    const int m = i - my_up;
+    if (grp == 1) {
+      item = b;
+      return m == 0 && b < n_dn ? kDownWhole : kNoJob;
+    }
+    const int e = (G - 1 - b) + m * G;
+    item = G + e;
+    return e < n_dn - G ? kDownRing : kNoJob;
+  };
+  // The first job's first weight stages (moe_item's w_pre).
+  auto prefetch_first = [&]() {
+    int item = 0;
+    const int kind = job(0, item);
+    if (kind == kUpJob) {
+      const int expert = plan.ch[item / gu].expert, tile = (item % gu) * 4 + (warp & 3);
+      if (expert >= p.E) prefetch_item_weights<true, true, kNsUp>(p, expert, tile, wsm, lane);
+      else prefetch_item_weights<true, false, kNsUp>(p, expert, tile, wsm, lane);
+    } else if (kind != kNoJob) {
+      const int expert = plan.ch[item / gd].expert, tile = (item % gd) * 4 + (warp & 3);
+      if (kind == kDownWhole) prefetch_down_weights<kNsDn>(p, expert, tile, wsm, lane);
+      else prefetch_down_weights<kNsUp>(p, expert, tile, wsm, lane);
+    }
+    w_pre = kind != kNoJob;
+  };
+
+  // Both warpgroups (it has CTA barriers): the grid dependency, the lists, the first job's
+  // weights, x's Q8. WG0's first job is gate+up item b; the shared expert's chunks come first
+  // whatever the routing (experts E, E + 1: one_token_plan), so a shared item's weights stream
+  // before the grid dependency resolves.
   auto prologue = [&]() {
-    if (p.has_shared) {
-      if (grp == 0 && b < 2 * gu) {
-        prefetch_item_weights<true, true, kNsUp>(p, p.E + b / gu, (b % gu) * 4 + (warp & 3), wsm, lane);
-        w_pre = true;
-      }
-      if (grp == 1 && b < 2 * gd) {
-        prefetch_down_weights<kNsDn>(p, p.E + b / gd, (b % gd) * 4 + (warp & 3), wsm, lane);
-        w_pre = true;
-      }
+    if (p.has_shared && grp == 0 && b < 2 * gu) {
+      prefetch_item_weights<true, true, kNsUp>(p, p.E + b / gu, (b % gu) * 4 + (warp & 3), wsm, lane);
+      w_pre = true;
     }
     pdl_wait();
     pdl_trigger();
@@ -91,107 +122,89 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
     if (warp == 0) one_token_plan(p, plan);
     __syncthreads();
     probe_stamp(p, wg, kPrPlan, wt);
-    if (!w_pre && grp == 0 && b < plan.nch * gu) {
-      prefetch_item_weights<true, false, kNsUp>(p, plan.ch[b / gu].expert, (b % gu) * 4 + (warp & 3), wsm, lane);
-      w_pre = true;
-    }
-    if (!w_pre && grp == 1 && b < plan.nch * gd) {
-      prefetch_down_weights<kNsDn>(p, plan.ch[b / gd].expert, (b % gd) * 4 + (warp & 3), wsm, lane);
-      w_pre = true;
-    }
+    n_up = plan.nch * gu;
+    n_dn = plan.nch * gd;
+    my_up = wg < n_up ? (n_up - 1 - wg) / (2 * G) + 1 : 0;
+    if (!w_pre) prefetch_first();
     one_token_x_store<kNw>(p, warp, lane, xv);
     __threadfence_block();
     __syncthreads();
     probe_stamp(p, wg, kPrXq, wt);
   };
 
-  if (grp == 1) {
-    // ---- WG1: down item b ----
-    prologue();
-    if (b < plan.nch * gd) {
-      const int ci = b / gd, tile = (b - ci * gd) * 4 + (warp & 3);
-      const Chunk ch = plan.ch[ci];
-      const bool fp8 = ch.expert >= p.E;
-      int dry_pass;  // opaque: the dry pass runs the real pass's instructions (docs/moe-grouped.md round 21)
-      asm volatile("mov.b32 %0, 1;\n" : "=r"(dry_pass));
-      for (;;) {
-        const bool dry = dry_pass > 0;
-        if (!dry) {
-          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, kQ8Down), wt, bar);
-          probe_stamp(p, wg, kPrReady, wt);
-        }
-        if (fp8)
-          moe_item<false, true, kNsDn, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan, dry);
-        else
-          moe_item<false, false, kNsDn, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
-                                                                    dry);
-        if (!dry) break;
-        --dry_pass;
-      }
-      probe_stamp(p, wg, kPrDown, wt);
-    }
-    probe_stamp(p, wg, kPrExit, wt);
-    return;
-  }
-
-  // ---- WG0: gate+up items, then the extra down items ----
-  // kDryUp: the first two passes run the routed gate+up and down bodies dry (variant 22), then
-  // the prologue; dry_pass is opaque, so they are the real items' instructions.
+  // kDryUp: WG0's first two passes run the routed gate+up and down bodies dry (variant 22), then
+  // the prologue; dry_pass is opaque, so they are the real jobs' instructions.
   int dry_pass = 0;
-  if constexpr (kDryUp) asm volatile("mov.b32 %0, 2;\n" : "=r"(dry_pass));
-  int n_up = 0, my_up = 0, n_extra = 0;  // after the lists are read
-  auto count_items = [&]() {
-    n_up = plan.nch * gu;
-    my_up = b < n_up ? (n_up - 1 - b) / G + 1 : 0;
-    n_extra = max(plan.nch * gd - G, 0);
-  };
-  if (dry_pass == 0) {
-    prologue();
-    count_items();
+  if constexpr (kDryUp) {
+    int two;
+    asm volatile("mov.b32 %0, 2;\n" : "=r"(two));
+    dry_pass = grp == 0 ? two : 0;
   }
+  if (dry_pass == 0) prologue();
   bool ran_up = false, ran_down = false;
   for (int i = 0;;) {
     const bool dry = kDryUp && dry_pass > 0;
-    int d = -1;  // the down item of this pass, if not a gate+up one
-    if (!dry && i >= my_up) {
-      const int e = (G - 1 - b) + (i - my_up) * G;
-      if (e >= n_extra) break;
-      d = G + e;
-    }
-    if (dry ? dry_pass == 2 : d < 0) {
-      const int item = b + i * G;
+    int item = 0;
+    const int kind = dry ? (dry_pass == 2 ? int(kUpJob) : int(kDownRing)) : job(i, item);
+    if (kind == kNoJob) break;
+    if (kind == kUpJob) {
       const int ci = dry ? 0 : item / gu, tile = dry ? (warp & 3) : (item - ci * gu) * 4 + (warp & 3);
       const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
       if (!dry && ch.expert >= p.E)
-        moe_item<true, true, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre, &plan,
-                                                                false);
+        moe_item<true, true, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre,
+                                                                         &plan, false);
       else
-        moe_item<true, false, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, w_pre || dry,
-                                                                 &plan, dry);
+        moe_item<true, false, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt,
+                                                                          w_pre || dry, &plan, dry);
       ran_up = ran_up || !dry;
     } else {
-      const int ci = dry ? 0 : d / gd, tile = dry ? (warp & 3) : (d - ci * gd) * 4 + (warp & 3);
+      const bool whole = kind == kDownWhole;
+      const int ci = dry ? 0 : item / gd, tile = dry ? (warp & 3) : (item - ci * gd) * 4 + (warp & 3);
       const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
       const bool fp8 = !dry && ch.expert >= p.E;
       if (!dry) {
-        if (!w_pre) prefetch_down_weights<kNsUp>(p, ch.expert, tile, wsm, lane);
+        if (!w_pre) {
+          if (whole) prefetch_down_weights<kNsDn>(p, ch.expert, tile, wsm, lane);
+          else prefetch_down_weights<kNsUp>(p, ch.expert, tile, wsm, lane);
+        }
         if (!ran_down && ran_up) probe_stamp(p, wg, kPrUp, wt);
-        wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, kQ8Down), wt, bar);
-        if (!ran_down) probe_stamp(p, wg, kPrReady, wt);
-        ran_down = true;
       }
-      if (fp8)
-        moe_item<false, true, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
-                                                                 false);
-      else
-        moe_item<false, false, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true, &plan,
-                                                                  dry);
+      if (whole) {
+        // WG1's down item: its body once dry while the other warpgroups stream (its code in the
+        // SM when h arrives), then for real; dry_whole is opaque (one call site, the same code).
+        int dry_whole;
+        asm volatile("mov.b32 %0, 1;\n" : "=r"(dry_whole));
+        for (;;) {
+          const bool dw = dry_whole > 0;
+          if (!dw) {
+            wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, kQ8Down), wt, bar);
+            if (!ran_down) probe_stamp(p, wg, kPrReady, wt);
+          }
+          if (fp8)
+            moe_item<false, true, kNsDn, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt,
+                                                                              true, &plan, dw);
+          else
+            moe_item<false, false, kNsDn, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt,
+                                                                               true, &plan, dw);
+          if (!dw) break;
+          --dry_whole;
+        }
+      } else {
+        if (!dry) {
+          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, kQ8Down), wt, bar);
+          if (!ran_down) probe_stamp(p, wg, kPrReady, wt);
+        }
+        if (fp8)
+          moe_item<false, true, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true,
+                                                                            &plan, false);
+        else
+          moe_item<false, false, kNsUp, kDiagNone, kBq, kTok, true, kQ8Down>(p, ch, ci, tile, wsm, gsm, bar, wt, true,
+                                                                             &plan, dry);
+      }
+      ran_down = ran_down || !dry;
     }
     if (dry) {
-      if (--dry_pass == 0) {  // the dry passes are done: the real prologue, then the real items
-        prologue();
-        count_items();
-      }
+      if (--dry_pass == 0) prologue();  // the dry passes are done: the real prologue, then the jobs
     } else {
       ++i;
       w_pre = false;
