@@ -68,6 +68,25 @@ __device__ __forceinline__ void one_token_x_store(const Params& p, int warp, int
                    xs_row + qb);
 }
 
+// The one-token prologue's two CTA-wide halves around the first weight prefetches (every thread
+// calls both): the grid dependency, x's loads (first: on this SM they would otherwise queue
+// behind ~100 KB of weight copies — the probe measured 6 µs to x's codes with the loads issued
+// after them) and the lists (warp 0), then x's Q8 and the barrier after it.
+template <int kNw>
+__device__ __forceinline__ void one_token_lists(const Params& p, OneTokenPlan& plan, int warp, int lane, OneTokenX& xv) {
+  pdl_wait();
+  pdl_trigger();
+  one_token_x_load<kNw>(p, warp, lane, xv);
+  if (warp == 0) one_token_plan(p, plan);
+  __syncthreads();
+}
+template <int kNw>
+__device__ __forceinline__ void one_token_x_done(const Params& p, int warp, int lane, const OneTokenX& xv) {
+  one_token_x_store<kNw>(p, warp, lane, xv);
+  __threadfence_block();
+  __syncthreads();
+}
+
 // Which items a launch of moe_one_token_kernel runs: all of them (variant 18), or the gate+up
 // items and then, in a second launch, the down items (variant 19: the down launch's code and
 // first weights are fetched while the gate+up launch runs — programmatic dependent launch — and
@@ -119,23 +138,15 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
       prefetch_item_weights<true, true, kNs>(p, p.E + item / gu, (item % gu) * 4 + (warp & 3), wsm, lane);
       w_pre = true;
     }
-    pdl_wait();
-    pdl_trigger();
-    // x's loads first: on this SM they would otherwise queue behind ~100 KB of weight copies
-    // (the probe measured 6 µs to x's codes with the loads issued after them).
     OneTokenX xv;
-    one_token_x_load<kNw>(p, warp, lane, xv);
-    if (warp == 0) one_token_plan(p, plan);
-    __syncthreads();
+    one_token_lists<kNw>(p, plan, warp, lane, xv);
     probe_stamp(p, wg, kPrPlan, wt);
     if (diag_copies_weights(kDiag) && !w_pre && item < plan.nch * gu) {  // a routed first item: its weights before x's Q8
       prefetch_item_weights<true, false, kNs>(p, plan.ch[item / gu].expert, (item % gu) * 4 + (warp & 3), wsm,
                                               lane);
       w_pre = true;
     }
-    one_token_x_store<kNw>(p, warp, lane, xv);
-    __threadfence_block();
-    __syncthreads();
+    one_token_x_done<kNw>(p, warp, lane, xv);
     probe_stamp(p, wg, kPrXq, wt);
   };
   // kDryCode (variant 22, kOneTokenAll): the loop's first two passes run the routed gate+up and

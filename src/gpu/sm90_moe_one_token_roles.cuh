@@ -115,20 +115,14 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
       prefetch_item_weights<true, true, kNsUp>(p, p.E + b / gu, (b % gu) * 4 + (warp & 3), wsm, lane);
       w_pre = true;
     }
-    pdl_wait();
-    pdl_trigger();
     OneTokenX xv;
-    one_token_x_load<kNw>(p, warp, lane, xv);
-    if (warp == 0) one_token_plan(p, plan);
-    __syncthreads();
+    one_token_lists<kNw>(p, plan, warp, lane, xv);
     probe_stamp(p, wg, kPrPlan, wt);
     n_up = plan.nch * gu;
     n_dn = plan.nch * gd;
     my_up = wg < n_up ? (n_up - 1 - wg) / (2 * G) + 1 : 0;
     if (!w_pre) prefetch_first();
-    one_token_x_store<kNw>(p, warp, lane, xv);
-    __threadfence_block();
-    __syncthreads();
+    one_token_x_done<kNw>(p, warp, lane, xv);
     probe_stamp(p, wg, kPrXq, wt);
   };
 
