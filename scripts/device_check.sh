@@ -23,7 +23,10 @@
 #       docs/attention-decode-rounds.md round 10): the sparse decode tests and gpu_decode_test
 #       with it, then the B = 1 / 8 rows and ws-case B = 64 cases cold with fp32 queries, f32 and
 #       int alternating, twice.
-#   tp, flash, ttft, select, moe1 and dq run only when named in --only.
+#   wsncu: where the ws attention kernel's tile time goes (issue 7): ncu's per-SASS-line stall
+#       samples of one launch (HCA-8320 and CSA, B = 64, f32 and int dequantization), split at the
+#       producer's and the consumers' setmaxnreg (scripts/ncu_stalls.py).
+#   tp, flash, ttft, select, moe1, dq and wsncu run only when named in --only.
 #   lin: decode-size linear + small-kernel benchmark (issue 8); moe:  grouped FP4 MoE test + benchmark (issue 6); attn: split-K sparse decode + indexer
 #         test + benchmark (issue 7).
 # A build packed by scripts/pack_device_build.sh (data/devpack/devbuild.tar.xz) is unpacked first;
@@ -187,6 +190,20 @@ if want dq && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ]; then
     run "dq_${m}_${r}_${c// /_}" env DSV4_KV_DEQUANT=$m DSV4_BENCH_COLD_MB=256 DSV4_BENCH_COLD_CODE=1 DSV4_BENCH_Q32=1 \
       timeout 60 "$BUILD/src/gpu/gpu_sparse_decode_bench" ws-case $c
   done; done; done
+fi
+if want wsncu && [ -x "$BUILD/src/gpu/gpu_sparse_decode_bench" ]; then
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  for c in "HCA 64 1048576" "CSA 64 65536"; do for m in f32 int; do
+    f="$OUT/wsncu_${m}_${c// /_}.csv"
+    run "wsncu_${m}_${c// /_}" env DSV4_KV_DEQUANT=$m timeout 240 "$NCU" -k regex:sparse_decode_ws_kernel \
+      --launch-skip 5 --launch-count 1 --cache-control none --section SourceCounters --section WarpStateStats \
+      --page source --csv --print-source sass "$BUILD/src/gpu/gpu_sparse_decode_bench" ws-case $c
+    cp "$OUT/wsncu_${m}_${c// /_}.log" "$f"
+    read -r -a rows <<< "$(python3 scripts/ncu_stalls.py "$f" --find USETMAXREG | grep -E "^[0-9]+ " | awk '{print $1}' | tr '\n' ' ')"
+    n=$(python3 scripts/ncu_stalls.py "$f" | head -1 | awk '{print $2}' | cut -d: -f2)
+    if [ ${#rows[@]} -ge 2 ]; then python3 scripts/ncu_stalls.py "$f" "0:${rows[0]}" "${rows[0]}:${rows[1]}" "${rows[1]}:$n" | cut -c1-400
+    else python3 scripts/ncu_stalls.py "$f" | cut -c1-400; fi
+  done; done
 fi
 want lin && [ -x "$BUILD/src/gpu/gpu_linear_bench" ] && run linear_bench timeout 120 "$BUILD/src/gpu/gpu_linear_bench" 9
 want attn && [ -x "$BUILD/src/gpu/gpu_sparse_decode_test" ] && run attn_test timeout 90 "$BUILD/src/gpu/gpu_sparse_decode_test"
