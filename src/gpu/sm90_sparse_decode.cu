@@ -408,9 +408,9 @@ constexpr KernelFn kKernels[3][3] = {
      sparse_decode_kernel<16, false, true>}};
 
 // The instantiation for CTAs of up to `group_tiles` head tiles (all use the same smem and threads):
-// the probe's, the integer dequantization's (kv_int_dequant) or the plain one.
+// the probe's, the integer dequantization's (DSV4_KV_DEQUANT=int only) or the plain one.
 KernelFn kernel_for(int group_tiles, bool probe = false) {
-  return kKernels[probe ? 1 : kv_int_dequant() ? 2 : 0][group_tiles <= 1 ? 0 : group_tiles == 2 ? 1 : 2];
+  return kKernels[probe ? 1 : kv_dequant_mode() == KvDequant::kInt ? 2 : 0][group_tiles <= 1 ? 0 : group_tiles == 2 ? 1 : 2];
 }
 
 // Lets every instantiation use sizeof(Smem) and clusters of 16; false on failure.
@@ -512,14 +512,15 @@ int sparse_decode_cluster_capacity(int cluster) {
   return (1 << i) == cluster ? capacity[dev][i] : 0;
 }
 
-bool kv_int_dequant() {
-  static const bool on = [] {
+KvDequant kv_dequant_mode() {
+  static const KvDequant mode = [] {
     const char* e = std::getenv("DSV4_KV_DEQUANT");
-    DSV4_CHECK(e == nullptr || std::strcmp(e, "int") == 0 || std::strcmp(e, "f32") == 0, "DSV4_KV_DEQUANT=",
-               e ? e : "", ": expected int or f32");
-    return e != nullptr && std::strcmp(e, "int") == 0;
+    if (e == nullptr) return KvDequant::kAuto;
+    DSV4_CHECK(std::strcmp(e, "int") == 0 || std::strcmp(e, "f32") == 0, "DSV4_KV_DEQUANT=", e,
+               ": expected int or f32");
+    return std::strcmp(e, "int") == 0 ? KvDequant::kInt : KvDequant::kF32;
   }();
-  return on;
+  return mode;
 }
 
 void sparse_decode(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace,

@@ -74,7 +74,8 @@ __device__ __forceinline__ uint2 dequant_e4m3x4(uint32_t codes, float scale) {
 // attention-decode-rounds.md round 10): e4m3 → f16 (exact: an e4m3 subnormal is an f16 normal,
 // and an f16 from e4m3 has its low 7 mantissa bits zero), then f16 → bf16 by moving the exponent
 // field — bf16 bits = sign | (f16 magnitude >> 3) is the value × 2^−112, exact and normal; zero
-// stays zero — then bf16 multiplies by powers of two whose product is scale · 2^112: the
+// stays zero; each half masked on its own, so a NaN code (whose f16 has low bits set) spoils only
+// itself — then bf16 multiplies by powers of two whose product is scale · 2^112: the
 // rounding of the exact product, as cvt.rn.bf16x2.f32 rounds dequant_e4m3x4's exact fp32 one.
 // Two multiplies only for scales above 2^15 (E8M0 byte > 142; reference-clamped scales are ≤ 1),
 // whose first factor 2^127 is exact. Equal to dequant_e4m3x4 for every code but the NaNs (0x7f,
@@ -97,8 +98,8 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return d;
 }
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2_scaled(__half2_raw h2, const E4m3Scale& s) {
-  const uint32_t h = uint32_t(h2.x) | (uint32_t(h2.y) << 16);
-  uint32_t r = bf16x2_mul(((h & 0x7fff7fffu) >> 3) | (h & 0x80008000u), s.f1);
+  const uint32_t h = uint32_t(h2.x) | (uint32_t(h2.y) << 16);  // masks per half: a NaN half's low bits stay its own
+  uint32_t r = bf16x2_mul(((h >> 3) & 0x0fff0fffu) | (h & 0x80008000u), s.f1);
   if (s.two) r = bf16x2_mul(r, s.f2);
   return r;
 }

@@ -511,7 +511,8 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   if (probe != nullptr) {
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_ws_probe, &probe, sizeof(probe), 0, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<true>, a, kp));
-  } else if (kv_int_dequant()) {
+  } else if (const KvDequant dq = kv_dequant_mode();
+             dq == KvDequant::kInt || (dq == KvDequant::kAuto && p.chunk >= kWsIntDequantMinChunk)) {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false, true>, a, kp));
   } else {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false>, a, kp));

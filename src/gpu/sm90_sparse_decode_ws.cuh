@@ -28,11 +28,15 @@ namespace dsv4::gpu::sm90 {
 void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void* workspace, long long* probe,
                       cudaStream_t stream);
 
-// DSV4_KV_DEQUANT=int (read once; f32 or unset: off): both kernels' plain instantiations
-// dequantize the KV tiles with dequant_e4m3x4_int — the same bits without the fp32 round trip;
-// an A/B switch until it is measured (docs/attention-decode-rounds.md round 10). Defined in
+// Which dequantization the plain kernels use (DSV4_KV_DEQUANT, read once): f32 — dequant_e4m3x4
+// (fp32 products); int — dequant_e4m3x4_int (the same bits without the fp32 round trip); unset —
+// int in the ws kernel for plans of ≥ kWsIntDequantMinChunk candidates a split, else f32
+// (H100, 2026-12-07: −7 % at 65 tiles a CTA, +2–4 % with the code cold at 5 tiles and in the
+// mma.sync kernel at B ≤ 8; docs/attention-decode-rounds.md round 10). Defined in
 // sm90_sparse_decode.cu.
-bool kv_int_dequant();
+enum class KvDequant { kAuto, kF32, kInt };
+KvDequant kv_dequant_mode();
+constexpr int kWsIntDequantMinChunk = 2048;
 
 // 64-bit wgmma shared-memory descriptor, no swizzle; lbo / sbo in bytes (multiples of 16).
 __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
