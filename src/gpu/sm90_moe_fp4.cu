@@ -324,11 +324,11 @@ void moe_grouped_forward(const MoeGroupedArgs& a, MoeGroupedWorkspace& ws, cudaS
   // weight stream (docs/moe-grouped.md rounds 20, 21). Variant 19: the same items in two
   // launches, gate+up then down (slower than 18 and 7, round 21). Diagnostics 20 / 21: 18 with
   // the weights streamed but no math / neither (wrong results). 22: 18 with its routed bodies
-  // run dry before the grid dependency, their code fetched early (built, not yet run on a GPU).
-  // 23 (24: with 22's dry passes): 18's items with the CTA's warpgroups in fixed roles, gate+up
-  // and down, the down one holding 6 of its item's 8 weight stages before h is ready; 25: 23 with
-  // h's Q8 in the down items, for I ≤ 2048 (sm90_moe_one_token_roles.cuh; built, not yet run on a
-  // GPU).
+  // run dry before the grid dependency, their code fetched early. 23 (24: with 22's dry passes):
+  // a down warpgroup per CTA holding 6 of its item's 8 weight stages before h is ready; 25: 23
+  // with h's Q8 in the down items, for I ≤ 2048 (sm90_moe_one_token_roles.cuh). 22–25 are all
+  // slower than 18 and 7 cold (H100: routed only 50.2 / 52.5 / 66.5 / 54.0 µs against 44.2 and
+  // 41.9; docs/moe-grouped.md round 22): measured references, not defaults.
   if (variant >= 18 && variant <= 25) {
     if (p.T == 1 && p.k <= moe4::kTok && (p.k > 0 || p.has_shared) && (variant != 25 || p.I <= moe4::kRolesMaxI)) {
       p.chunk_tokens = moe4::kTok;
