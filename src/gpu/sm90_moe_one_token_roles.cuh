@@ -2,6 +2,8 @@
 // before h is ready (pipeline variants 23–25; docs/moe-grouped.md round 22). sm_90a only;
 // included by sm90_moe_fp4.cu after sm90_moe_one_token.cuh, whose kernel (variant 18) it
 // reorganizes: the same items, rings, math and epilogues (moe_item<kT1>), so the same bits.
+// Measured slower than 18 and 7 (H100, docs/moe-grouped.md round 22: the early down loads push
+// the gate+up stream back and the extras keep 18's tail); kept as a measured reference.
 //
 // Why: in 18 a down item can issue only its first 3 of 8 weight stages before its expert's h is
 // ready, so ~60 % of the down bytes (16 MB at T = 1 routed only) stream after the gate+up
