@@ -184,17 +184,19 @@ TEST_P(MoeGroupedTest, MatchesCpuMoe) {
   // under programmatic dependent launch (on a non-default stream, two forwards back to back),
   // 7 (8 warps × 4 stages; 0 picks 4 or 7 by T), 8 (7 with chunks of 32 tokens), 9 (the wide
   // kernels, chunks of 128 tokens), 12 (the wide kernels, chunks of 64), 18, 19, 22–25 (T = 1
-  // in one or two launches, with dry passes, with warpgroup roles, h's Q8 in down; 7 otherwise), under PDL two forwards back to back: the arrival counters
-  // must reset themselves, and every run must give the same bits whatever the CTA shape, copy
-  // kind or launch mode (each output column runs the same math).
+  // in one or two launches, with dry passes, with a down warpgroup, h's Q8 in down; 7
+  // otherwise), under PDL two forwards back to back: the arrival counters must reset themselves,
+  // and every run must give the same bits whatever the CTA shape, copy kind or launch mode (each
+  // output column runs the same math).
   struct Run {
     int pipeline;
     bool pdl;
   };
   const Run runs[] = {{0, false}, {0, false}, {1, false}, {1, false}, {0, true},
                       {1, true},  {4, false}, {4, true},  {7, false}, {8, false},
-                      {8, true},  {9, false}, {9, true}, {12, false}, {12, true}, {18, false}, {18, true}, {19, false}, {19, true}, {22, false}, {22, true},
-                      {23, false}, {23, true}, {24, false}, {24, true}, {25, false}, {25, true}};
+                      {8, true},  {9, false}, {9, true},  {12, false}, {12, true}, {18, false}, {18, true},
+                      {19, false}, {19, true}, {22, false}, {22, true}, {23, false}, {23, true},
+                      {24, false}, {24, true}, {25, false}, {25, true}};
   std::vector<float> first;
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <utility>
 
 #include "gpu/sm90_moe_fp4.cuh"
 #include "gpu/sm90_moe_gemm.cuh"
@@ -113,11 +114,10 @@ int sm_count() {
                           reinterpret_cast<const void*>(moe_one_token_kernel<kW, kN, kOneTokenAll, kDiagSkeleton>),
                           reinterpret_cast<const void*>(moe_one_token_kernel<kW, kN, kOneTokenAll, kDiagNone, true>)})
       CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kShape8x4.smem()));
-    for (const void* f : {reinterpret_cast<const void*>(moe_one_token_roles_kernel<false>),
-                          reinterpret_cast<const void*>(moe_one_token_roles_kernel<true>)})
-      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, roles_smem(false)));
-    CUDA_CHECK(cudaFuncSetAttribute(moe_one_token_roles_kernel<false, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, roles_smem(true)));
+    for (const auto& [f, q8_down] : {std::pair{reinterpret_cast<const void*>(moe_one_token_roles_kernel<false>), false},
+                                     std::pair{reinterpret_cast<const void*>(moe_one_token_roles_kernel<true>), false},
+                                     std::pair{reinterpret_cast<const void*>(moe_one_token_roles_kernel<false, true>), true}})
+      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, roles_smem(q8_down)));
   });
   return counts[dev];
 }

@@ -216,8 +216,9 @@ __device__ __forceinline__ void probe_stamp(const Params& p, int wg, int ev, int
   p.probe[wg * kProbeEvents + ev] = t;
 }
 
-// Gate+up epilogue, after a 128-wide block of h's codes is stored: one more block of chunk key
-// `key` (the shared expert's two halves share key 0) is ready; down items wait for I/128.
+// Gate+up epilogue, after a 128-wide block of h's codes is stored (with moe_item's kQ8Down: after
+// the warp's rows of h are stored): one more unit of chunk key `key` is ready (the shared
+// expert's two halves share key 0); down items wait for one_token_h_count units.
 __device__ __forceinline__ void one_token_h_ready(const Params& p, int key, int lane) {
   __syncwarp();
   if (lane == 0) red_add_release_gpu(&p.sync1[key], 1u);

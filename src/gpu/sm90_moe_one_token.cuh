@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kNw * 32, 1) moe_one_token_kernel(const __grid
         if constexpr (kPhase == kOneTokenAll) {  // the down launch's grid dependency already waited
           const bool first_down = item - int(gridDim.x) * kNg < up_items;  // the previous item was gate+up or none
           if (first_down && item >= int(gridDim.x) * kNg) probe_stamp(p, wg, kPrUp, wt);  // it ran a gate+up item
-          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), unsigned(p.I / 128), wt, bar);
+          wait_h_ready(p.sync1 + (fp8 ? 0 : ci), one_token_h_count(p, fp8, false), wt, bar);
           if (first_down) probe_stamp(p, wg, kPrReady, wt);
         }
       }

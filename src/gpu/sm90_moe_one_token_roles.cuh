@@ -92,10 +92,8 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
     item = G + e;
     return e < n_dn - G ? kDownRing : kNoJob;
   };
-  // The first job's first weight stages (moe_item's w_pre).
-  auto prefetch_first = [&]() {
-    int item = 0;
-    const int kind = job(0, item);
+  // A job's first weight stages (moe_item's w_pre), on the ring depth the job runs with.
+  auto prefetch_job = [&](int kind, int item) {
     if (kind == kUpJob) {
       const int expert = plan.ch[item / gu].expert, tile = (item % gu) * 4 + (warp & 3);
       if (expert >= p.E) prefetch_item_weights<true, true, kNsUp>(p, expert, tile, wsm, lane);
@@ -105,7 +103,6 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
       if (kind == kDownWhole) prefetch_down_weights<kNsDn>(p, expert, tile, wsm, lane);
       else prefetch_down_weights<kNsUp>(p, expert, tile, wsm, lane);
     }
-    w_pre = kind != kNoJob;
   };
 
   // Both warpgroups (it has CTA barriers): the grid dependency, the lists, the first job's
@@ -123,7 +120,12 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
     n_up = plan.nch * gu;
     n_dn = plan.nch * gd;
     my_up = wg < n_up ? (n_up - 1 - wg) / (2 * G) + 1 : 0;
-    if (!w_pre) prefetch_first();
+    if (!w_pre) {
+      int item = 0;
+      const int kind = job(0, item);
+      prefetch_job(kind, item);
+      w_pre = kind != kNoJob;
+    }
     one_token_x_done<kNw>(p, warp, lane, xv);
     probe_stamp(p, wg, kPrXq, wt);
   };
@@ -159,10 +161,7 @@ __global__ void __launch_bounds__(kRolesWarps * 32, 1) moe_one_token_roles_kerne
       const Chunk ch = dry ? Chunk{0, 0, 1} : plan.ch[ci];
       const bool fp8 = !dry && ch.expert >= p.E;
       if (!dry) {
-        if (!w_pre) {
-          if (whole) prefetch_down_weights<kNsDn>(p, ch.expert, tile, wsm, lane);
-          else prefetch_down_weights<kNsUp>(p, ch.expert, tile, wsm, lane);
-        }
+        if (!w_pre) prefetch_job(kind, item);
         if (!ran_down && ran_up) probe_stamp(p, wg, kPrUp, wt);
       }
       if (whole) {

@@ -70,7 +70,7 @@ __device__ __forceinline__ uint2 dequant_e4m3x4(uint32_t codes, float scale) {
                     pack_bf16x2(f1.x * scale, f1.y * scale));
 }
 
-// dequant_e4m3x4's bits without the fp32 round trip (the ws kernel's kIntDequant; docs/
+// dequant_e4m3x4's bits without the fp32 round trip (the kernels' kIntDequant; docs/
 // attention-decode-rounds.md round 10): e4m3 → f16 (exact: an e4m3 subnormal is an f16 normal,
 // and an f16 from e4m3 has its low 7 mantissa bits zero), then f16 → bf16 by moving the exponent
 // field — bf16 bits = sign | (f16 magnitude >> 3) is the value × 2^−112, exact and normal; zero
@@ -79,7 +79,8 @@ __device__ __forceinline__ uint2 dequant_e4m3x4(uint32_t codes, float scale) {
 // rounding of the exact product, as cvt.rn.bf16x2.f32 rounds dequant_e4m3x4's exact fp32 one.
 // Two multiplies only for scales above 2^15 (E8M0 byte > 142; reference-clamped scales are ≤ 1),
 // whose first factor 2^127 is exact. Equal to dequant_e4m3x4 for every code but the NaNs (0x7f,
-// 0xff) and every E8M0 byte but 0 and 255 (never written): sparse_decode_test checks all of them.
+// 0xff) and every E8M0 byte but 0 and 255 (never written): sparse_decode_dequant_test.cu checks
+// all of them.
 struct E4m3Scale {
   uint32_t f1, f2;  // bf16x2 (both halves) 2^k1, 2^k2: k1 + k2 = e − 15
   bool two;         // k2 ≠ 0
@@ -111,6 +112,25 @@ __device__ __forceinline__ uint2 dequant_e4m3x4_int(uint32_t codes, const E4m3Sc
 
 __device__ __forceinline__ float e8m0_to_float(uint8_t e) {
   return __uint_as_float(uint32_t(e) << 23);  // 2^(e−127); e = 0 never written
+}
+
+// 16 e4m3 codes (low byte first) under E8M0 byte e8m0 → 16 bf16 (lo: codes 0..7, hi: 8..15), by
+// dequant_e4m3x4_int (kIntDequant) or dequant_e4m3x4. valid = false: zeros (the caller passes
+// zero codes; the fp32 path also zeroes the scale, since a dummy's byte may decode to inf).
+template <bool kIntDequant>
+__device__ __forceinline__ void dequant_e4m3x16(const uint4& w, uint8_t e8m0, bool valid, uint4& lo, uint4& hi) {
+  uint2 a, b, e, f;
+  if constexpr (kIntDequant) {
+    const E4m3Scale sc = e4m3_scale(e8m0);
+    a = dequant_e4m3x4_int(w.x, sc), b = dequant_e4m3x4_int(w.y, sc);
+    e = dequant_e4m3x4_int(w.z, sc), f = dequant_e4m3x4_int(w.w, sc);
+  } else {
+    const float scale = valid ? e8m0_to_float(e8m0) : 0.0f;
+    a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
+    e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
+  }
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(e.x, e.y, f.x, f.y);
 }
 
 }  // namespace dsv4::gpu::sm90

@@ -69,19 +69,7 @@ __device__ void dequant_tile(Smem& sm, int count) {
     if (ch < 28) {  // 16 fp8 codes of tile ch/4
       if (valid) {
         const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
-        const uint8_t sb = sm.raw_scales[c * kEntryScales + ch / 4];
-        uint2 a, b, e, f;
-        if constexpr (kIntDequant) {
-          const E4m3Scale sc = e4m3_scale(sb);
-          a = dequant_e4m3x4_int(v.x, sc), b = dequant_e4m3x4_int(v.y, sc);
-          e = dequant_e4m3x4_int(v.z, sc), f = dequant_e4m3x4_int(v.w, sc);
-        } else {
-          const float scale = e8m0_to_float(sb);
-          a = dequant_e4m3x4(v.x, scale), b = dequant_e4m3x4(v.y, scale);
-          e = dequant_e4m3x4(v.z, scale), f = dequant_e4m3x4(v.w, scale);
-        }
-        lo = make_uint4(a.x, a.y, b.x, b.y);
-        hi = make_uint4(e.x, e.y, f.x, f.y);
+        dequant_e4m3x16<kIntDequant>(v, sm.raw_scales[c * kEntryScales + ch / 4], true, lo, hi);
       }
       *reinterpret_cast<uint4*>(dst + ch * 16) = lo;
       *reinterpret_cast<uint4*>(dst + ch * 16 + 8) = hi;

@@ -128,18 +128,10 @@ __device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* t
   if (k < 14) {  // nope: 16 e4m3 codes, dims [32k + 16hb, +16), scale tile k / 2
     const int j = k / 2;
     const uint32_t sb = (j < 4 ? t.scales.x >> (8 * j) : t.scales.y >> (8 * (j - 4))) & 0xff;
-    uint2 a, b, e, f;
-    if constexpr (kIntDequant) {  // zero codes give zeros whatever the scale
-      const E4m3Scale sc = e4m3_scale(sb);
-      a = dequant_e4m3x4_int(w.x, sc), b = dequant_e4m3x4_int(w.y, sc);
-      e = dequant_e4m3x4_int(w.z, sc), f = dequant_e4m3x4_int(w.w, sc);
-    } else {
-      const float scale = valid ? e8m0_to_float(uint8_t(sb)) : 0.0f;
-      a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
-      e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
-    }
-    *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = make_uint4(a.x, a.y, b.x, b.y);
-    *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = make_uint4(e.x, e.y, f.x, f.y);
+    uint4 lo, hi;
+    dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), valid, lo, hi);
+    *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = lo;
+    *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = hi;
   } else {  // rope: 8 bf16 dims 448 + 16(k − 14) + 8hb
     *reinterpret_cast<uint4*>(tile + core_off(c, kNopeDim / 8 + 2 * (k - 14) + hb)) = w;
   }
