@@ -5,9 +5,10 @@ Input: the csv of `ncu --section SourceCounters --section WarpStateStats --page 
 --print-source sass ...` (one kernel launch; ncu's own lines before the table are skipped).
 Prints, for the whole kernel and for each range of SASS lines given (0-based row numbers of the
 table, `A:B` = rows A..B-1), the samples and each reason's share, largest first; `--find TEXT`
-prints the rows whose SASS contains TEXT (to locate ranges: e.g. USETMAXREG, UCGABAR, EXIT).
+prints the rows whose SASS contains TEXT (to locate ranges: e.g. USETMAXREG, UCGABAR, EXIT);
+`--top N` prints the N rows with the most stall samples (row, samples, SASS, top reasons).
 
-  scripts/ncu_stalls.py ncu.csv [A:B ...] [--find TEXT ...]
+  scripts/ncu_stalls.py ncu.csv [A:B ...] [--find TEXT ...] [--top N]
 """
 import csv
 import sys
@@ -34,8 +35,12 @@ def main(argv):
     if not argv or argv[0] in ('-h', '--help'):
         sys.exit(__doc__)
     h, data = load(argv[0])
-    ranges, finds, i = [], [], 1
+    ranges, finds, top, i = [], [], 0, 1
     while i < len(argv):
+        if argv[i] == '--top' and i + 1 < len(argv):
+            top = int(argv[i + 1])
+            i += 2
+            continue
         if argv[i] == '--find' and i + 1 < len(argv):
             finds.append(argv[i + 1])
             i += 2
@@ -50,6 +55,16 @@ def main(argv):
         for n, r in enumerate(data):
             if text in r[1]:
                 print(n, r[1].strip()[:80])
+    if top:
+        cols = [c for c in h if c.startswith('stall_') and 'Not Issued' not in c]
+        per = []
+        for n, r in enumerate(data):
+            vals = {c: float(r[h.index(c)] or 0) for c in cols}
+            per.append((sum(vals.values()), n, r[1].strip()[:60], vals))
+        total = sum(p[0] for p in per) or 1
+        for tot, n, sass, vals in sorted(per, reverse=True)[:top]:
+            why = ' '.join(f'{c[6:]}={v:.0f}' for c, v in sorted(vals.items(), key=lambda x: -x[1])[:3] if v > 0)
+            print(f'{n:5d} {100 * tot / total:5.1f}% {sass:60s} {why}')
 
 
 if __name__ == '__main__':

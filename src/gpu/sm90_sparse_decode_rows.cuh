@@ -95,9 +95,9 @@ __device__ __forceinline__ void probe_mark(Smem& sm, int i, int by = 0, int afte
     }
 }
 // The CTA's stamps into its probe row (one thread, after the last stamp): slots 0..13, then the
-// globaltimer and clock64 at exit (14, 15).
+// globaltimer and clock64 at exit (14, 15). Rows are kSparseDecodeProbeSlots apart.
 __device__ __forceinline__ void probe_write(const Smem& sm, long long* probe) {
-  long long* out = probe + int64_t(blockIdx.x) * kProbeSlots;
+  long long* out = probe + int64_t(blockIdx.x) * kSparseDecodeProbeSlots;
   for (int i = 0; i < 14; ++i) out[i] = sm.stamp[i];
   out[14] = globaltimer_ns();
   out[15] = clock64();

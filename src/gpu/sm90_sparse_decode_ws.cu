@@ -52,7 +52,7 @@ constexpr int kTileElems = kTile * kHeadDim;  // bf16 per K tile (64 KB) = per Q
 constexpr int kCoreRowBytes = 16;             // one core-matrix row: 8 bf16
 constexpr int kGroupBytes = kHeadDim / 8 * 128;  // 8 rows × 512 dims: 8 KB (SBO of Q and K)
 constexpr int kPartS = kHeadDim + 8;  // fp32 row stride of the partial O read by cluster_merge_tail
-constexpr int kProbeSlots = 16;
+constexpr int kProbeSlots = 23;  // 0..15 as the mma.sync kernel's, 16..22 the steady-state sums
 constexpr int kProducerRegs = 120, kConsumerRegs = 184;  // setmaxnreg; each role is allocated within its count
 // setmaxnreg.inc only takes registers the CTA was launched with (168 a thread): the roles must fit.
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "the launch's registers");
@@ -83,6 +83,13 @@ static_assert(sizeof(float) * kHeads * kPartS <= sizeof(__nv_bfloat16) * (1 + kS
 
 #include "gpu/sm90_sparse_decode_merge.cuh"  // store_out2, cluster_merge_tail, merge_kernel
 
+// kProbe only: clock64, else 0 (the steady-state sums' stamps; no code in the plain kernel).
+template <bool kProbe>
+__device__ __forceinline__ long long probe_clock() {
+  if constexpr (kProbe) return clock64();
+  else return 0;
+}
+
 struct WsParams {
   float* ws;  // merge-kernel partials (cluster == 1 and splits > 1)
   int splits, min_chunk;
@@ -96,8 +103,11 @@ __device__ long long* g_ws_probe;
 // CTA's stamps out). Slots: 0 entry, 1 the row's lengths, 2 the producer's first tile stored, 3 Q
 // loaded, 4 the first tile's full wait, 5 its Q·Kᵀ, 6 its softmax, 7 its P·V, 8 the last tile
 // done, 9 the producer's first tile's loads issued, 10 their first piece arrived, 11 the merge,
-// 12 the last cluster barrier (1, 2, 9, 10: producer thread 0; the others: consumer thread 128). The plain instantiation's code is the
-// same as without the probe (its PTX compared: docs/attention-decode-rounds.md round 6).
+// 12 the last cluster barrier (1, 2, 9, 10: producer thread 0; the others: consumer thread 128).
+// Steady-state sums over tiles 1.. (clock64 cycles): 16 the consumer's wait on full, 17 its Q·Kᵀ
+// (issue to wait), 18 its softmax, 19 O's rescale and P·V, 20 the producer's wait on empty, 21
+// its stores (with the next tile's loads) to its arrival on full; 22 the CTA's tiles. The plain
+// instantiation's code is the same as without the probe (its PTX compared: docs/attention-decode-rounds.md round 6).
 
 // Byte offset of (row, 8-element chunk) in a core-matrix tile of 512-wide rows.
 __device__ __forceinline__ uint32_t core_off(int row, int chunk) {
@@ -222,7 +232,10 @@ __device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a,
     probe_mark<kProbe>(sm, 12, 128);
     if constexpr (kProbe) {
       __syncthreads();
-      if (tid == 0) probe_write(sm, g_ws_probe);
+      if (tid == 0) {
+        probe_write(sm, g_ws_probe);
+        for (int i = 16; i < kProbeSlots; ++i) g_ws_probe[int64_t(blockIdx.x) * kSparseDecodeProbeSlots + i] = sm.stamp[i];
+      }
     }
   } else {
     if (!holds) return;
@@ -359,12 +372,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tiles > 0) load_share(share, valid ? d : dummy, valid ? s : dummy, hb);
     probe_mark<kProbe>(sm, 9);
     int32_t id_n = list_id(a, rl, r, begin + kTile + c, end), id_nn = list_id(a, rl, r, begin + 2 * kTile + c, end);
+    long long sum_empty = 0, sum_store = 0;  // kProbe: steady-state sums (slots 20, 21)
     for (int t = 0; t < tiles; ++t) {
       const int st = t & 1;
       resolve_at(a, rl, r, begin + (t + 1) * kTile + c, end, id_n, d, s);
       id_n = id_nn;
       id_nn = list_id(a, rl, r, begin + (t + 3) * kTile + c, end);
+      const long long c0 = probe_clock<kProbe>();
       if (t >= kStages) mbar_wait(&sm.empty[st], ((t >> 1) - 1) & 1);
+      const long long c1 = probe_clock<kProbe>();
       const bool valid_next = d != nullptr;
       if (t == 0) probe_mark<kProbe>(sm, 10, 0, share.v[0].x);
       store_share_load_next<kIntDequant>(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
@@ -373,8 +389,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_proxy_async();
       mbar_arrive(&sm.full[st]);
       if (t == 0) probe_mark<kProbe>(sm, 2);
+      if constexpr (kProbe)
+        if (t > 0) {
+          sum_empty += c1 - c0;
+          sum_store += clock64() - c1;
+        }
       valid = valid_next;
     }
+    if constexpr (kProbe)
+      if (tid == 0) {
+        sm.stamp[20] = sum_empty;
+        sm.stamp[21] = sum_store;
+        sm.stamp[22] = tiles;
+      }
     const float none[128] = {};
     ws_epilogue<kProbe>(sm, a, kp, none, m_run, l_run, false, tiles);
     return;
@@ -412,7 +439,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // S = Q · K[32cw .. 32cw + 32)ᵀ of tile t over the 512 dims, issued and committed.
     auto issue_qk = [&](int t) {
       const int st = t & 1;
-      mbar_wait(&sm.full[st], (t >> 1) & 1);
       const uint64_t qd = opaque_u64(smem_desc(qk_bytes, 128, kGroupBytes));
       const uint8_t* kt = qk_bytes + (1 + st) * kTileElems * 2;
       const uint64_t kd = opaque_u64(smem_desc(kt + 4 * cw * kGroupBytes, 128, kGroupBytes));
@@ -434,15 +460,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     // One tile after another (a pipelined form — tile t + 1's Q·Kᵀ issued before tile t's P·V,
     // its softmax under P·V — measured 14 % slower at 65 tiles a CTA: docs/attention-decode-rounds.md).
     float alpha[2];
+    long long sums[4] = {};  // kProbe: steady-state sums (slots 16..19)
     for (int i = 0; i < tiles; ++i) {
+      const long long c0 = probe_clock<kProbe>();
       wgmma_fence();
+      mbar_wait(&sm.full[i & 1], (i >> 1) & 1);
+      const long long c1 = probe_clock<kProbe>();
       issue_qk(i);
       if (i == 0) probe_mark<kProbe>(sm, 4, 128);
       wgmma_wait_all();
       fence_regs(sacc);
       if (i == 0) probe_mark<kProbe>(sm, 5, 128, __float_as_int(sacc[0]));
+      const long long c2 = probe_clock<kProbe>();
       tile_softmax(sm, a, sacc, i & 1, cw, lane, h0, h1, m_run, l_run, alpha);
       if (i == 0) probe_mark<kProbe>(sm, 6, 128, __float_as_int(alpha[0]));
+      const long long c3 = probe_clock<kProbe>();
       fence_regs(o);
       if (__any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // × 1 is exact: skipped
 #pragma unroll
@@ -459,9 +491,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait_all();
       fence_regs(o);
       if (i == 0) probe_mark<kProbe>(sm, 7, 128, __float_as_int(o[0]));
+      if constexpr (kProbe)
+        if (i > 0) {
+          asm volatile("" ::"f"(o[0]));
+          sums[0] += c1 - c0;
+          sums[1] += c2 - c1;
+          sums[2] += c3 - c2;
+          sums[3] += clock64() - c3;
+        }
       mbar_arrive(&sm.empty[i & 1]);
     }
     probe_mark<kProbe>(sm, 8, 128);
+    if constexpr (kProbe)
+      if (tid == 128)
+        for (int k = 0; k < 4; ++k) sm.stamp[16 + k] = sums[k];
   }
   ws_epilogue<kProbe>(sm, a, kp, o, m_run, l_run, true, tiles);
 }

@@ -156,11 +156,13 @@ void sparse_decode(const SparseDecodeArgs& args, const SparseDecodePlan& plan, v
                    cudaStream_t stream);
 
 // Benchmark hook: sparse_decode with a per-phase clock64 probe (another instantiation; plans
-// with the in-cluster merge only). probe: device [CTAs][16] int64: slots 0..12 clock64 at
-// kernel entry, after pdl_wait, after the first tile's ids, its data, dequant, QK, softmax,
-// P·V, the loop, the first cluster barrier, the merge weights, the output, the last barrier;
-// 13 / 14 globaltimer (ns) at entry / exit, 15 clock64 at exit. A warp-specialized plan runs
-// that kernel's probe instead, whose slots 1..12 differ (sm90_sparse_decode_ws.cu).
+// with the in-cluster merge only). probe: device [CTAs][kSparseDecodeProbeSlots] int64: slots
+// 0..12 clock64 at kernel entry, after pdl_wait, after the first tile's ids, its data, dequant,
+// QK, softmax, P·V, the loop, the first cluster barrier, the merge weights, the output, the last
+// barrier; 13 / 14 globaltimer (ns) at entry / exit, 15 clock64 at exit. A warp-specialized plan
+// runs that kernel's probe instead, whose slots 1..12 differ and whose slots 16..22 hold its
+// steady-state sums (sm90_sparse_decode_ws.cu).
+constexpr int kSparseDecodeProbeSlots = 24;
 void sparse_decode_probe(const SparseDecodeArgs& args, const SparseDecodePlan& plan, void* workspace,
                          long long* probe, cudaStream_t stream);
 

@@ -119,8 +119,9 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
                  const std::function<void(long long*)>& probe_call, const char* label) {
   const bool ws = plan.warp_specialized;
   const int ctas = plan.rows * plan.head_groups * plan.splits;
-  DeviceBuffer<long long> pb(size_t(ctas) * 16);
-  std::vector<std::vector<double>> ph(13);
+  constexpr int kSlots = dsv4::gpu::sm90::kSparseDecodeProbeSlots;
+  DeviceBuffer<long long> pb(size_t(ctas) * kSlots);
+  std::vector<std::vector<double>> ph(13), steady(6);  // ws: per-tile means of slots 16..21
   std::vector<double> ghz;
   for (int rep = 0; rep < 9; ++rep) {
     for (int w = 0; w < 3; ++w) call(rep + w);
@@ -128,11 +129,13 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
     CUDA_CHECK(cudaStreamSynchronize(s));
     const std::vector<long long> v = pb.download();
     for (int b = 0; b < ctas; ++b) {
-      const long long* x = &v[size_t(b) * 16];
+      const long long* x = &v[size_t(b) * kSlots];
       if (x[14] <= x[13]) continue;
       const double rate = double(x[15] - x[0]) / double(x[14] - x[13]);  // clocks per ns
       ghz.push_back(rate);
       for (int i = ws ? 1 : 2; i <= 12; ++i) ph[i].push_back(double(x[i] - x[ws ? 0 : i - 1]) / rate);
+      if (ws && x[22] > 1)
+        for (int i = 0; i < 6; ++i) steady[i].push_back(double(x[16 + i]) / double(x[22] - 1) / rate);
     }
   }
   auto med = [](std::vector<double> v) {
@@ -146,6 +149,12 @@ void print_probe(cudaStream_t s, const SparseDecodePlan& plan, const std::functi
   std::printf("  probe %s (ns%s, medians; SM clock %.2f GHz):", label, ws ? " since entry" : "", med(ghz));
   for (int i = ws ? 1 : 2; i <= 12; ++i) std::printf(" %s %.0f", (ws ? ws_names : names)[i], med(ph[i]));
   std::printf("\n");
+  if (ws && !steady[0].empty()) {  // tiles 1.. of CTAs with two or more
+    const char* steady_names[6] = {"full wait", "qk", "smax", "pv", "| producer: empty wait", "store"};
+    std::printf("  probe %s steady state (ns a tile, medians over CTAs): consumer:", label);
+    for (int i = 0; i < 6; ++i) std::printf(" %s %.0f", steady_names[i], med(steady[i]));
+    std::printf("\n");
+  }
 }
 
 // The kernels cold_calls reports (substrings of their mangled names): one `timed` kernel a call,
