@@ -34,6 +34,7 @@
 #include <mutex>
 
 #include "base/check.h"
+#include "base/env.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_math.cuh"
 #include "gpu/kv_fp8.cuh"
@@ -131,15 +132,16 @@ __device__ __forceinline__ void load_scales(TileLoad& t, const uint8_t* sc) {
   t.scales = __ldg(reinterpret_cast<const uint2*>(sc));
 }
 // Dequantizes piece k of the share into the stage's tile (zeros for an invalid candidate).
-// kIntDequant: dequant_e4m3x4_int (the same bits without the fp32 round trip).
-template <bool kIntDequant>
+// kIntDequant: dequant_e4m3x4_int (the same bits without the fp32 round trip). kDiag 1
+// (measurement only, wrong results): the codes stored as they are, no dequantization.
+template <bool kIntDequant, int kDiag = 0>
 __device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* tile, int c, int hb, bool valid) {
   const uint4 w = valid ? t.v[k] : make_uint4(0, 0, 0, 0);  // a dummy's codes may be NaNs
   if (k < 14) {  // nope: 16 e4m3 codes, dims [32k + 16hb, +16), scale tile k / 2
     const int j = k / 2;
     const uint32_t sb = (j < 4 ? t.scales.x >> (8 * j) : t.scales.y >> (8 * (j - 4))) & 0xff;
-    uint4 lo, hi;
-    dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), valid, lo, hi);
+    uint4 lo = w, hi = w;
+    if constexpr (kDiag != 1) dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), valid, lo, hi);
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = lo;
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = hi;
   } else {  // rope: 8 bf16 dims 448 + 16(k − 14) + 8hb
@@ -154,12 +156,12 @@ __device__ __forceinline__ void load_share(TileLoad& t, const uint8_t* d, const 
 // Stores the share (tile t) into the stage while loading the next tile's share (addresses d, s,
 // never null) into the same registers, piece by piece: the next tile's loads fly during this
 // tile's stores.
-template <bool kIntDequant>
+template <bool kIntDequant, int kDiag = 0>
 __device__ __forceinline__ void store_share_load_next(TileLoad& t, uint8_t* tile, int c, int hb, bool valid,
                                                       const uint8_t* d, const uint8_t* s) {
 #pragma unroll
   for (int k = 0; k < 18; ++k) {
-    store_piece<kIntDequant>(t, k, tile, c, hb, valid);
+    store_piece<kIntDequant, kDiag>(t, k, tile, c, hb, valid);
     if (k == 13) load_scales(t, s);  // the last nope piece has used the scales
     load_piece(t, k, d, hb);
   }
@@ -324,7 +326,9 @@ __device__ __forceinline__ void tile_softmax(Smem& sm, const SparseDecodeArgs& a
   }
 }
 
-template <bool kProbe, bool kIntDequant = false>
+// kDiag (measurement only, wrong results; DSV4_WS_DIAG): 1 the producer stores the codes without
+// dequantizing them, 2 the consumers issue no wgmma (every barrier and the softmax stay).
+template <bool kProbe, bool kIntDequant = false, int kDiag = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_ws_kernel(const __grid_constant__ SparseDecodeArgs a, const WsParams kp) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -383,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const long long c1 = probe_clock<kProbe>();
       const bool valid_next = d != nullptr;
       if (t == 0) probe_mark<kProbe>(sm, 10, 0, share.v[0].x);
-      store_share_load_next<kIntDequant>(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
+      store_share_load_next<kIntDequant, kDiag>(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
                             valid_next ? s : dummy);
       if (hb == 0) sm.tile_valid[st][c] = valid;
       fence_proxy_async();
@@ -466,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
       mbar_wait(&sm.full[i & 1], (i >> 1) & 1);
       const long long c1 = probe_clock<kProbe>();
-      issue_qk(i);
+      if constexpr (kDiag != 2) issue_qk(i);
       if (i == 0) probe_mark<kProbe>(sm, 4, 128);
       wgmma_wait_all();
       fence_regs(sacc);
@@ -487,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       fence_regs(o);
       wgmma_fence();
-      issue_pv(i);
+      if constexpr (kDiag != 2) issue_pv(i);
       wgmma_wait_all();
       fence_regs(o);
       if (i == 0) probe_mark<kProbe>(sm, 7, 128, __float_as_int(o[0]));
@@ -515,6 +519,10 @@ bool set_ws_attributes() {
          cudaFuncSetAttribute(sparse_decode_ws_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(sizeof(Smem))) == cudaSuccess &&
          cudaFuncSetAttribute(sparse_decode_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(sizeof(Smem))) == cudaSuccess &&
+         cudaFuncSetAttribute(sparse_decode_ws_kernel<false, false, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(sizeof(Smem))) == cudaSuccess &&
+         cudaFuncSetAttribute(sparse_decode_ws_kernel<false, false, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(sizeof(Smem))) == cudaSuccess;
 }
 
@@ -543,9 +551,12 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
+  static const int diag = dsv4::env_int("DSV4_WS_DIAG", 0);  // measurement only: wrong results
   if (probe != nullptr) {
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_ws_probe, &probe, sizeof(probe), 0, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<true>, a, kp));
+  } else if (diag == 1 || diag == 2) {
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, diag == 1 ? sparse_decode_ws_kernel<false, false, 1> : sparse_decode_ws_kernel<false, false, 2>, a, kp));
   } else if (const KvDequant dq = kv_dequant_mode();
              dq == KvDequant::kInt || (dq == KvDequant::kAuto && p.chunk >= kWsIntDequantMinChunk)) {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false, true>, a, kp));
