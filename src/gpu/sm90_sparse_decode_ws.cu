@@ -11,7 +11,7 @@
 //     two smem stages (core-matrix layout, sm90_sparse_decode_ws.cuh), zero rows for −1 /
 //     padding candidates, a valid flag per candidate; mbarriers full[stage] / empty[stage]. Tile
 //     t + 1's loads are issued piece by piece as tile t's pieces are stored (one register
-//     share), unpredicated (invalid candidates read a dummy address), each tile's list ids two
+//     share), unpredicated (invalid candidates read g_zero_entry), each tile's list ids two
 //     tiles before its data.
 //   WG1, WG2, consumers c = 0, 1: S_c = Q·K_cᵀ over candidates [32c, 32c + 32) of the tile
 //     (wgmma m64n32k16 × 32, Q in smem); online softmax per head with the row max and the P sum
@@ -91,6 +91,10 @@ __device__ __forceinline__ long long probe_clock() {
   else return 0;
 }
 
+// What an invalid (−1, padding) candidate's producer threads load: zero codes, zero scale bytes
+// (dequantized to +0 by either path, the bits a select of zeros gave), never written.
+__device__ __align__(16) uint8_t g_zero_entry[kEntryData + kEntryScales];
+
 struct WsParams {
   float* ws;  // merge-kernel partials (cluster == 1 and splits > 1)
   int splits, min_chunk;
@@ -122,9 +126,9 @@ struct TileLoad {
   uint4 v[18];
   uint2 scales;
 };
-// Loads piece k of a candidate's share. Unpredicated (an invalid candidate reads a dummy address
-// and store_piece writes zeros): a predicated load's zero fallback made ptxas move the loaded
-// registers right after the load, which waited for the data at once.
+// Loads piece k of a candidate's share. Unpredicated (an invalid candidate reads g_zero_entry,
+// whose zero codes and scales dequantize to +0, so no select): a predicated load's zero fallback
+// made ptxas move the loaded registers right after the load, which waited for the data at once.
 __device__ __forceinline__ void load_piece(TileLoad& t, int k, const uint8_t* data, int hb) {
   t.v[k] = __ldg(reinterpret_cast<const uint4*>(data + k * 32 + hb * 16));
 }
@@ -135,13 +139,13 @@ __device__ __forceinline__ void load_scales(TileLoad& t, const uint8_t* sc) {
 // kIntDequant: dequant_e4m3x4_int (the same bits without the fp32 round trip). kDiag 1
 // (measurement only, wrong results): the codes stored as they are, no dequantization.
 template <bool kIntDequant, int kDiag = 0>
-__device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* tile, int c, int hb, bool valid) {
-  const uint4 w = valid ? t.v[k] : make_uint4(0, 0, 0, 0);  // a dummy's codes may be NaNs
+__device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* tile, int c, int hb) {
+  const uint4 w = t.v[k];  // an invalid candidate's: g_zero_entry's zeros
   if (k < 14) {  // nope: 16 e4m3 codes, dims [32k + 16hb, +16), scale tile k / 2
     const int j = k / 2;
     const uint32_t sb = (j < 4 ? t.scales.x >> (8 * j) : t.scales.y >> (8 * (j - 4))) & 0xff;
     uint4 lo = w, hi = w;
-    if constexpr (kDiag != 1) dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), valid, lo, hi);
+    if constexpr (kDiag != 1) dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), true, lo, hi);
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = lo;
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = hi;
   } else {  // rope: 8 bf16 dims 448 + 16(k − 14) + 8hb
@@ -157,11 +161,11 @@ __device__ __forceinline__ void load_share(TileLoad& t, const uint8_t* d, const 
 // never null) into the same registers, piece by piece: the next tile's loads fly during this
 // tile's stores.
 template <bool kIntDequant, int kDiag = 0>
-__device__ __forceinline__ void store_share_load_next(TileLoad& t, uint8_t* tile, int c, int hb, bool valid,
+__device__ __forceinline__ void store_share_load_next(TileLoad& t, uint8_t* tile, int c, int hb,
                                                       const uint8_t* d, const uint8_t* s) {
 #pragma unroll
   for (int k = 0; k < 18; ++k) {
-    store_piece<kIntDequant, kDiag>(t, k, tile, c, hb, valid);
+    store_piece<kIntDequant, kDiag>(t, k, tile, c, hb);
     if (k == 13) load_scales(t, s);  // the last nope piece has used the scales
     load_piece(t, k, d, hb);
   }
@@ -366,9 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // each tile's list ids are loaded two tiles before its data ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     const int c = 16 * (tid >> 5) + (lane >> 1), hb = lane & 1;
-    // Invalid candidates load from here (any readable ≥ 584 bytes: the row's queries).
-    const uint8_t* const dummy = a.q_f32 != nullptr ? reinterpret_cast<const uint8_t*>(a.q_f32 + q_off)
-                                                    : reinterpret_cast<const uint8_t*>(a.q + q_off);
+    const uint8_t* const dummy = g_zero_entry;  // invalid candidates' data and scales
     TileLoad share;
     const uint8_t *d, *s;
     resolve_at(a, rl, r, begin + c, end, list_id(a, rl, r, begin + c, end), d, s);
@@ -387,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const long long c1 = probe_clock<kProbe>();
       const bool valid_next = d != nullptr;
       if (t == 0) probe_mark<kProbe>(sm, 10, 0, share.v[0].x);
-      store_share_load_next<kIntDequant, kDiag>(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid, valid_next ? d : dummy,
+      store_share_load_next<kIntDequant, kDiag>(share, qk_bytes + (1 + st) * kTileElems * 2, c, hb, valid_next ? d : dummy,
                             valid_next ? s : dummy);
       if (hb == 0) sm.tile_valid[st][c] = valid;
       fence_proxy_async();
