@@ -214,7 +214,7 @@ __device__ void cluster_merge_epilogue(Smem& sm, const SparseDecodeArgs& a, cons
 // Launch parameters of sparse_decode_kernel, from the plan.
 struct KernelParams {
   float* ws;          // merge-kernel partials (cluster == 1 and splits > 1)
-  long long* probe;   // kProbe only: [grid][kProbeSlots] clock64 stamps
+  long long* probe;   // kProbe only: [grid][kSparseDecodeProbeSlots] clock64 stamps
   int splits, min_chunk, head_groups, group_tiles;
   int spec_main, spec_total;  // the plan's list bounds: speculative id loads (spec_total 0: off)
   bool cluster_merge;

@@ -115,17 +115,17 @@ __device__ __forceinline__ float e8m0_to_float(uint8_t e) {
 }
 
 // 16 e4m3 codes (low byte first) under E8M0 byte e8m0 → 16 bf16 (lo: codes 0..7, hi: 8..15), by
-// dequant_e4m3x4_int (kIntDequant) or dequant_e4m3x4. valid = false: zeros (the caller passes
-// zero codes; the fp32 path also zeroes the scale, since a dummy's byte may decode to inf).
+// dequant_e4m3x4_int (kIntDequant) or dequant_e4m3x4. Zero codes under a zero byte (the ws
+// kernel's g_zero_entry) give +0 either way.
 template <bool kIntDequant>
-__device__ __forceinline__ void dequant_e4m3x16(const uint4& w, uint8_t e8m0, bool valid, uint4& lo, uint4& hi) {
+__device__ __forceinline__ void dequant_e4m3x16(const uint4& w, uint8_t e8m0, uint4& lo, uint4& hi) {
   uint2 a, b, e, f;
   if constexpr (kIntDequant) {
     const E4m3Scale sc = e4m3_scale(e8m0);
     a = dequant_e4m3x4_int(w.x, sc), b = dequant_e4m3x4_int(w.y, sc);
     e = dequant_e4m3x4_int(w.z, sc), f = dequant_e4m3x4_int(w.w, sc);
   } else {
-    const float scale = valid ? e8m0_to_float(e8m0) : 0.0f;
+    const float scale = e8m0_to_float(e8m0);
     a = dequant_e4m3x4(w.x, scale), b = dequant_e4m3x4(w.y, scale);
     e = dequant_e4m3x4(w.z, scale), f = dequant_e4m3x4(w.w, scale);
   }

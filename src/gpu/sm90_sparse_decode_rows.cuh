@@ -94,13 +94,16 @@ __device__ __forceinline__ void probe_mark(Smem& sm, int i, int by = 0, int afte
       if (i == 0) sm.stamp[13] = globaltimer_ns();
     }
 }
-// The CTA's stamps into its probe row (one thread, after the last stamp): slots 0..13, then the
-// globaltimer and clock64 at exit (14, 15). Rows are kSparseDecodeProbeSlots apart.
+// The CTA's stamps into its probe row (one thread, after the last stamp): slots 0..13, the
+// globaltimer and clock64 at exit (14, 15), then the kernel's own slots 16.. (kProbeSlots; the ws
+// kernel's steady-state sums). Rows are kSparseDecodeProbeSlots apart.
 __device__ __forceinline__ void probe_write(const Smem& sm, long long* probe) {
+  static_assert(kProbeSlots >= 16 && kProbeSlots <= kSparseDecodeProbeSlots, "a probe row holds the slots");
   long long* out = probe + int64_t(blockIdx.x) * kSparseDecodeProbeSlots;
   for (int i = 0; i < 14; ++i) out[i] = sm.stamp[i];
   out[14] = globaltimer_ns();
   out[15] = clock64();
+  for (int i = 16; i < kProbeSlots; ++i) out[i] = sm.stamp[i];
 }
 
 // Candidates per split of a row with `total` candidates (SparseDecodePlan): a multiple of 8

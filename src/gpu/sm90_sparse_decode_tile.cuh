@@ -69,7 +69,7 @@ __device__ void dequant_tile(Smem& sm, int count) {
     if (ch < 28) {  // 16 fp8 codes of tile ch/4
       if (valid) {
         const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + c * kEntryData + ch * 16);
-        dequant_e4m3x16<kIntDequant>(v, sm.raw_scales[c * kEntryScales + ch / 4], true, lo, hi);
+        dequant_e4m3x16<kIntDequant>(v, sm.raw_scales[c * kEntryScales + ch / 4], lo, hi);
       }
       *reinterpret_cast<uint4*>(dst + ch * 16) = lo;
       *reinterpret_cast<uint4*>(dst + ch * 16 + 8) = hi;

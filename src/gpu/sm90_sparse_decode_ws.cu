@@ -100,7 +100,7 @@ struct WsParams {
   int splits, min_chunk;
   bool cluster_merge;
 };
-// kProbe only: [grid][kProbeSlots] stamps (sparse_decode_probe; set before a probe launch, so the
+// kProbe only: [grid][kSparseDecodeProbeSlots] stamps (sparse_decode_probe; set before a probe launch, so the
 // plain kernel's parameters stay as they are; one probe call at a time).
 __device__ long long* g_ws_probe;
 
@@ -145,7 +145,7 @@ __device__ __forceinline__ void store_piece(const TileLoad& t, int k, uint8_t* t
     const int j = k / 2;
     const uint32_t sb = (j < 4 ? t.scales.x >> (8 * j) : t.scales.y >> (8 * (j - 4))) & 0xff;
     uint4 lo = w, hi = w;
-    if constexpr (kDiag != 1) dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), true, lo, hi);
+    if constexpr (kDiag != 1) dequant_e4m3x16<kIntDequant>(w, uint8_t(sb), lo, hi);
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb)) = lo;
     *reinterpret_cast<uint4*>(tile + core_off(c, 4 * k + 2 * hb + 1)) = hi;
   } else {  // rope: 8 bf16 dims 448 + 16(k − 14) + 8hb
@@ -238,10 +238,7 @@ __device__ __forceinline__ void ws_epilogue(Smem& sm, const SparseDecodeArgs& a,
     probe_mark<kProbe>(sm, 12, 128);
     if constexpr (kProbe) {
       __syncthreads();
-      if (tid == 0) {
-        probe_write(sm, g_ws_probe);
-        for (int i = 16; i < kProbeSlots; ++i) g_ws_probe[int64_t(blockIdx.x) * kSparseDecodeProbeSlots + i] = sm.stamp[i];
-      }
+      if (tid == 0) probe_write(sm, g_ws_probe);
     }
   } else {
     if (!holds) return;
@@ -515,17 +512,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   ws_epilogue<kProbe>(sm, a, kp, o, m_run, l_run, true, tiles);
 }
 
+using WsKernel = void (*)(const SparseDecodeArgs, const WsParams);
+// The instantiations: plain f32, plain int, probe, and the diagnostics DSV4_WS_DIAG = 1, 2.
+enum WsInstance { kWsF32, kWsInt, kWsProbe, kWsDiag1, kWsDiag2, kWsInstances };
+constexpr WsKernel kWsKernels[kWsInstances] = {sparse_decode_ws_kernel<false>, sparse_decode_ws_kernel<false, true>,
+                                               sparse_decode_ws_kernel<true>, sparse_decode_ws_kernel<false, false, 1>,
+                                               sparse_decode_ws_kernel<false, false, 2>};
+
 bool set_ws_attributes() {
-  return cudaFuncSetAttribute(sparse_decode_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(sizeof(Smem))) == cudaSuccess &&
-         cudaFuncSetAttribute(sparse_decode_ws_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(sizeof(Smem))) == cudaSuccess &&
-         cudaFuncSetAttribute(sparse_decode_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(sizeof(Smem))) == cudaSuccess &&
-         cudaFuncSetAttribute(sparse_decode_ws_kernel<false, false, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(sizeof(Smem))) == cudaSuccess &&
-         cudaFuncSetAttribute(sparse_decode_ws_kernel<false, false, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(sizeof(Smem))) == cudaSuccess;
+  for (WsKernel k : kWsKernels)
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))) != cudaSuccess)
+      return false;
+  return true;
 }
 
 }  // namespace
@@ -554,17 +552,16 @@ void sparse_decode_ws(const SparseDecodeArgs& a, const SparseDecodePlan& p, void
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
   static const int diag = dsv4::env_int("DSV4_WS_DIAG", 0);  // measurement only: wrong results
-  if (probe != nullptr) {
+  const KvDequant dq = kv_dequant_mode();
+  const WsInstance which = probe != nullptr ? kWsProbe
+                           : diag == 1      ? kWsDiag1
+                           : diag == 2      ? kWsDiag2
+                           : dq == KvDequant::kInt || (dq == KvDequant::kAuto && p.chunk >= kWsIntDequantMinChunk)
+                               ? kWsInt
+                               : kWsF32;
+  if (probe != nullptr)
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_ws_probe, &probe, sizeof(probe), 0, cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<true>, a, kp));
-  } else if (diag == 1 || diag == 2) {
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, diag == 1 ? sparse_decode_ws_kernel<false, false, 1> : sparse_decode_ws_kernel<false, false, 2>, a, kp));
-  } else if (const KvDequant dq = kv_dequant_mode();
-             dq == KvDequant::kInt || (dq == KvDequant::kAuto && p.chunk >= kWsIntDequantMinChunk)) {
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false, true>, a, kp));
-  } else {
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<false>, a, kp));
-  }
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kWsKernels[which], a, kp));
   if (p.splits > 1 && !kp.cluster_merge) {
     merge_kernel<<<unsigned(a.rows) * unsigned(a.heads), 128, 0, stream>>>(a, p.splits, kp.ws);
     CUDA_CHECK_LAUNCH();
