@@ -23,9 +23,16 @@ def load(path):
     return h, [r for r in rows[heads[0] + 1:] if len(r) == len(h)]
 
 
+def stalls(h, r):
+    """The stall samples of one SASS row, by reason column (the 'Not Issued' variants left out)."""
+    return {c: float(r[i] or 0) for i, c in enumerate(h) if c.startswith('stall_') and 'Not Issued' not in c}
+
+
 def summary(h, data, lo, hi):
-    cols = [c for c in h if c.startswith('stall_') and 'Not Issued' not in c]
-    tot = {c: sum(float(r[h.index(c)] or 0) for r in data[lo:hi]) for c in cols}
+    tot = {}
+    for r in data[lo:hi]:
+        for c, v in stalls(h, r).items():
+            tot[c] = tot.get(c, 0.0) + v
     n = sum(tot.values())
     shares = ' '.join(f'{c[6:]}={100 * v / n:.1f}%' for c, v in sorted(tot.items(), key=lambda x: -x[1]) if v > 0)
     return f'rows {lo}:{hi} samples {n:.0f} {shares}' if n else f'rows {lo}:{hi} no samples'
@@ -56,10 +63,9 @@ def main(argv):
             if text in r[1]:
                 print(n, r[1].strip()[:80])
     if top:
-        cols = [c for c in h if c.startswith('stall_') and 'Not Issued' not in c]
         per = []
         for n, r in enumerate(data):
-            vals = {c: float(r[h.index(c)] or 0) for c in cols}
+            vals = stalls(h, r)
             per.append((sum(vals.values()), n, r[1].strip()[:60], vals))
         total = sum(p[0] for p in per) or 1
         for tot, n, sass, vals in sorted(per, reverse=True)[:top]:
